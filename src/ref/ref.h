@@ -1,0 +1,10 @@
+/* Reference provider (portable C): the semantic definition every other provider is
+ * tested against. */
+#ifndef QK_REF_H
+#define QK_REF_H
+
+#include "internal.h"
+
+QK_HIDDEN void qk_norm_ref(const qk_norm_call *c, int64_t begin, int64_t end);
+
+#endif

@@ -1,0 +1,14 @@
+/* x86 providers: the entry points each ISA folder exports (src/x86/avx2, src/x86/avx512). */
+#ifndef QK_X86_H
+#define QK_X86_H
+
+#include "internal.h"
+
+#ifdef QK_HAVE_AVX2
+QK_HIDDEN void qk_norm_avx2(const qk_norm_call *c, int64_t begin, int64_t end);
+#endif
+#ifdef QK_HAVE_AVX512
+QK_HIDDEN void qk_norm_avx512(const qk_norm_call *c, int64_t begin, int64_t end);
+#endif
+
+#endif
