@@ -1,0 +1,9 @@
+/* The `qk` command: one function per subcommand (each in its own cmd_*.c / bench_*.c file),
+ * registered in main.c's table. Each returns the process exit status. */
+#ifndef QK_TOOL_H
+#define QK_TOOL_H
+
+int qk_cmd_info(int argc, char **argv);
+int qk_cmd_bench(int argc, char **argv);   /* bench norm|linear|quant|all */
+
+#endif
