@@ -1,0 +1,17 @@
+/* The avx2 provider's op set (AVX2, FMA, F16C). */
+#include "internal.h"
+#include "x86/x86.h"
+
+#define NORM_AVX2 {"avx2", qk_norm_avx2, 256 << 10}
+
+const qk_provider_set qk_provider_avx2 = {
+    .name = "avx2",
+    .cpu_features = QK_CPU_AVX2 | QK_CPU_FMA | QK_CPU_F16C,
+    .ops = {
+        .norm = {NORM_AVX2, NORM_AVX2, NORM_AVX2, NORM_AVX2, NORM_AVX2},
+        .mx_quantize = {NULL, NULL},
+        .mx_dequantize = {NULL, NULL},
+        .mx_pack_scale_pairs = NULL,
+        .mxfp8_linear = NULL,
+    },
+};
