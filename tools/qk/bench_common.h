@@ -1,0 +1,181 @@
+/* Helpers shared by the `qk bench` protocols (bench_norm.c, bench_quant.c, bench_linear.c):
+ * monotonic timing and percentiles, cache residency and buffer rotation, the machine's
+ * copy / read bandwidth for a footprint, provider comparisons (geometric mean, worst
+ * regression, gate), aligned text tables, a small JSON writer and a log-log SVG plot.
+ * Everything prints to stdout and writes only the files it is given. */
+#ifndef QK_BENCH_COMMON_H
+#define QK_BENCH_COMMON_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* ---- the protocols: argv[0] is the protocol name ("norm"), then the options ---- */
+int qk_bench_norm(int argc, char **argv);
+int qk_bench_quant(int argc, char **argv);
+int qk_bench_linear(int argc, char **argv);
+
+/* Options every protocol accepts: --json FILE, --plot FILE.svg, --quick (few reps, a
+   smaller matrix: a smoke test, not the protocol), --threads N (0 = the library default),
+   --verbose (p10/p90 of every run in the tables). */
+typedef struct qkb_options {
+    const char *json;      /* NULL: no JSON */
+    const char *plot;      /* NULL: no SVG */
+    bool quick;
+    bool verbose;
+    int threads;
+} qkb_options;
+/* Parses argv[1..argc-1]; on an unknown option prints a message naming `prog` and
+   returns false. */
+bool qkb_parse_options(const char *prog, int argc, char **argv, qkb_options *opt);
+
+/* ---- timing ---- */
+double qkb_now(void);                 /* monotonic seconds (CLOCK_MONOTONIC) */
+double qkb_timer_overhead(void);      /* seconds one qkb_now() pair costs (median) */
+
+typedef struct qkb_stats {
+    double p10, p50, p90;             /* seconds per call */
+    double min, mean;
+    int reps, warmup;
+} qkb_stats;
+
+/* Percentile p in [0, 1] of sorted[0..n-1], linear interpolation between ranks. */
+double qkb_percentile(const double *sorted, int n, double p);
+/* Sorts samples[0..n-1] in place and summarises them. */
+qkb_stats qkb_stats_of(double *samples, int n);
+
+/* One call of the code under test; `iter` counts from 0 over warm-up and timed calls, so
+   the callee can rotate buffers with iter % nbuf. */
+typedef void (*qkb_call_fn)(void *ctx, int64_t iter);
+/* warmup untimed calls, then reps calls each timed on its own. */
+qkb_stats qkb_time_calls(qkb_call_fn fn, void *ctx, int warmup, int reps);
+/* As qkb_time_calls, but each sample times a batch of calls long enough (>= ~20 us) that
+   the timer's own cost vanishes; the stats are per call. For limits, not for ops. */
+qkb_stats qkb_time_batched(qkb_call_fn fn, void *ctx, int warmup, int reps);
+
+/* ---- caches, residency and buffer rotation ---- */
+/* Last-level cache size in bytes: /sys (index with the highest level), else
+   sysconf(_SC_LEVEL3_CACHE_SIZE), else 32 MiB. */
+size_t qkb_llc_bytes(void);
+
+typedef enum qkb_residency { QKB_CACHE = 0, QKB_DRAM = 1 } qkb_residency;
+/* A call touching `footprint` bytes is timed from DRAM when the footprint exceeds half the
+   LLC (the L3 is shared with the other cores and, on AMD, is a victim cache that does not
+   keep a stream filling it); its inputs are then rotated through enough distinct buffer
+   sets that >= 2 x LLC is touched before a set comes back. Smaller calls use one set and
+   are timed from cache, as in a model where the previous op just wrote the input.
+   Returns the residency and writes the number of buffer sets to *nbuf. */
+qkb_residency qkb_rotation(size_t footprint, int *nbuf);
+const char *qkb_residency_name(qkb_residency r);   /* "cache" / "DRAM" */
+
+/* 64-byte aligned, zero-filled (pages touched) allocation; exits with a message on
+   failure. Free with free(). */
+void *qkb_alloc(size_t bytes);
+/* Deterministic pseudo-random numbers (xorshift), uniform in [lo, hi). */
+typedef struct qkb_rng { uint64_t s; } qkb_rng;
+float qkb_uniform(qkb_rng *r, float lo, float hi);
+
+/* ---- the machine's limits, measured in this process ---- */
+typedef struct qkb_bandwidth {
+    double gbps;             /* the better of the variants below: the limit */
+    double gbps_1t;          /* one thread */
+    double gbps_all;         /* all threads (qk_get_num_threads()) */
+    double gbps_nt;          /* non-temporal stores, all threads; 0 when not measured */
+    int threads;             /* threads of the best variant */
+    bool nt;                 /* the best variant used non-temporal stores */
+    int nbuf;
+} qkb_bandwidth;
+/* Copy bandwidth for a footprint: y = a*x in f32 over buffers whose in + out bytes equal
+   `footprint` (x and y footprint/2 each), rotated through nbuf distinct (x, y) pairs, with
+   1 thread and with all threads (and, for DRAM-resident footprints, with non-temporal
+   stores); bytes counted = footprint. AVX-512 when compiled with __AVX512F__, else AVX2,
+   else plain C. */
+qkb_bandwidth qkb_copy_bandwidth(size_t footprint, int nbuf, bool quick);
+/* Read bandwidth: a sum over a buffer of `bytes` (f32), nbuf rotated buffers, best of
+   1 thread and all threads. */
+qkb_bandwidth qkb_read_bandwidth(size_t bytes, int nbuf, bool quick);
+
+/* ---- comparisons of A against B over the same cells ---- */
+typedef struct qkb_compare {
+    double geomean;          /* geometric mean over cells of t_B / t_A (> 1: A faster) */
+    double worst;            /* largest t_A / t_B - 1 (> 0: A slower there) */
+    int worst_cell;          /* index of that cell */
+    bool pass;               /* geomean >= 1 and worst <= 0.10 */
+    int n;
+} qkb_compare;
+qkb_compare qkb_compare_times(const double *t_a, const double *t_b, int n);
+/* Geometric mean of v[i] over the i with use[i] (all when use is NULL); NaN when none. */
+double qkb_geomean(const double *v, const bool *use, int n);
+
+/* ---- text output ---- */
+/* "812ns", "12.3us", "4.56ms", "1.23s" */
+const char *qkb_fmt_time(char *buf, size_t n, double seconds);
+/* "768B", "12.0KiB", "20.0MiB" */
+const char *qkb_fmt_bytes(char *buf, size_t n, double bytes);
+
+#define QKB_MAX_COLS 24
+/* An aligned table: qkb_table_init(&t, "l5 r6 r8"), one column per token (l/r = align,
+   then width); qkb_table_header with the column titles, then qkb_table_cell per cell:
+   the row ends (newline) after the last column. */
+typedef struct qkb_table {
+    int ncol, col;
+    int width[QKB_MAX_COLS];
+    bool left[QKB_MAX_COLS];
+} qkb_table;
+void qkb_table_init(qkb_table *t, const char *spec);
+void qkb_table_header(qkb_table *t, const char *const *titles);
+void qkb_table_cell(qkb_table *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void qkb_table_rule(const qkb_table *t);     /* a line of dashes as wide as the table */
+
+/* One summary line against a target: "  <label>  <value>  (target >= <target>)  PASS|MISS".
+   unit is appended to value and target ("x" or ""). Returns whether it passed. */
+bool qkb_target_line(const char *label, double value, double target, const char *unit);
+
+/* ---- JSON output ---- */
+/* A streaming writer: objects and arrays nest; `key` is the member name inside an object
+   and NULL inside an array. Non-finite numbers are written as null. */
+typedef struct qkb_json {
+    FILE *f;
+    int depth;
+    bool first[32];          /* no member written yet at this depth */
+    char close[32];          /* '}' or ']' closing each depth */
+    bool ok;
+} qkb_json;
+/* Opens `path` and begins the top-level object; false (with a message) on failure. */
+bool qkb_json_open(qkb_json *j, const char *path);
+/* Ends the top-level object and closes the file; false when any write failed. */
+bool qkb_json_close(qkb_json *j);
+void qkb_json_object(qkb_json *j, const char *key);   /* begin */
+void qkb_json_array(qkb_json *j, const char *key);    /* begin */
+void qkb_json_end(qkb_json *j);                       /* end the innermost object/array */
+void qkb_json_num(qkb_json *j, const char *key, double v);
+void qkb_json_int(qkb_json *j, const char *key, int64_t v);
+void qkb_json_str(qkb_json *j, const char *key, const char *s);   /* NULL -> null */
+void qkb_json_bool(qkb_json *j, const char *key, bool v);
+/* Writes `text`, already valid JSON, as a value. */
+void qkb_json_raw(qkb_json *j, const char *key, const char *text);
+/* "machine": CPU model, cores, LLC, threads; "library": version, ABI, target. */
+void qkb_json_environment(qkb_json *j, const qkb_options *opt);
+void qkb_json_stats(qkb_json *j, const char *key, const qkb_stats *s);
+void qkb_json_bandwidth(qkb_json *j, const char *key, const qkb_bandwidth *b);
+
+/* CPU model name (/proc/cpuinfo "model name"), e.g. "AMD EPYC". */
+const char *qkb_cpu_model(void);
+
+/* ---- SVG plot (log-log), written by the tool itself ---- */
+typedef struct qkb_series {
+    const char *name;
+    const char *color;       /* "#1f77b4" */
+    bool dashed;
+    int n;
+    double *x, *y;           /* n points, x and y > 0 (others are skipped) */
+} qkb_series;
+/* Draws every series as markers joined in order of x; false (with a message) when the
+   file cannot be written. */
+bool qkb_svg_plot(const char *path, const char *title, const char *xlabel, const char *ylabel,
+                  const qkb_series *series, int nseries);
+/* A colour from a fixed palette, by index. */
+const char *qkb_color(int i);
+
+#endif
