@@ -318,18 +318,21 @@ void qk_test_reset_init(void)
 /* ---- threads ---- */
 static int qk_num_threads_set; /* 0 = default */
 
+/* QK_NUM_THREADS, else every core this process may run on; read once (a call must not
+   pay for getenv and an affinity syscall). */
 static int qk_default_threads(void)
 {
+    static int cached;
+    int n = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (n > 0) return n;
     const char *e = getenv("QK_NUM_THREADS");
-    if (e && *e) {
-        int n = atoi(e);
-        if (n > 0) return n;
-    }
+    if (e && *e) n = atoi(e);
 #ifdef _OPENMP
-    return omp_get_num_procs();
-#else
-    return 1;
+    if (n <= 0) n = omp_get_num_procs();
 #endif
+    if (n <= 0) n = 1;
+    __atomic_store_n(&cached, n, __ATOMIC_RELAXED);
+    return n;
 }
 
 void qk_set_num_threads(int n)

@@ -80,6 +80,31 @@ static inline void vst_f16_n(uint16_t *p, vf v, int64_t n)
     memcpy(p, b, (size_t)n * 2);
 }
 
+/* two vectors (2 * VL consecutive elements) at once */
+static inline void vst2_f32(float *p, vf a, vf b) { vst_f32(p, a); vst_f32(p + VL, b); }
+static inline void vst2_f16(uint16_t *p, vf a, vf b) { vst_f16(p, a); vst_f16(p + VL, b); }
+static inline void vst2_bf16(uint16_t *p, vf a, vf b) { vst_bf16(p, a); vst_bf16(p + VL, b); }
+
+/* AVX2 rounds BF16 in integer arithmetic, exact for every value: no "normal-only" form */
+static inline void vst2_f32_normal(float *p, vf a, vf b) { vst2_f32(p, a, b); }
+static inline void vst2_f16_normal(uint16_t *p, vf a, vf b) { vst2_f16(p, a, b); }
+static inline void vst2_bf16_normal(uint16_t *p, vf a, vf b) { vst2_bf16(p, a, b); }
+
+/* running minimum of the nonzero |v| (zeros and NaN ignored), and its horizontal min */
+static inline vf vminnz_abs(vf m, vf v)
+{
+    vf a = _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)));
+    vf nz = _mm256_cmp_ps(a, _mm256_setzero_ps(), _CMP_NEQ_OQ);
+    return _mm256_blendv_ps(m, _mm256_min_ps(a, m), nz);
+}
+static inline float vhmin(vf m)
+{
+    __m128 h = _mm_min_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_min_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_min_ss(h, _mm_shuffle_ps(h, h, 1));
+    return _mm_cvtss_f32(h);
+}
+
 static inline vf vround_f32(vf v) { return v; }
 static inline vf vround_bf16(vf v) { return vcvt_bf16(vcvt_to_bf16(v)); }
 static inline vf vround_f16(vf v) { return _mm256_cvtph_ps(vcvt_to_f16(v)); }

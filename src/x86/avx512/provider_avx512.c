@@ -7,7 +7,7 @@
 const qk_provider_set qk_provider_avx512 = {
     .name = "avx512",
     .cpu_features = QK_CPU_AVX2 | QK_CPU_FMA | QK_CPU_F16C | QK_CPU_AVX512F | QK_CPU_AVX512BW |
-                    QK_CPU_AVX512VL | QK_CPU_AVX512DQ,
+                    QK_CPU_AVX512VL | QK_CPU_AVX512DQ | QK_CPU_AVX512BF16,
     .ops = {
         .norm = {NORM_AVX512, NORM_AVX512, NORM_AVX512, NORM_AVX512, NORM_AVX512},
         .mx_quantize = {NULL, NULL},

@@ -58,6 +58,39 @@ static inline void vst_bf16_n(uint16_t *p, vf v, int64_t n) { _mm256_mask_storeu
 static inline void vst_f16(uint16_t *p, vf v) { _mm256_storeu_si256((__m256i *)p, vcvt_to_f16(v)); }
 static inline void vst_f16_n(uint16_t *p, vf v, int64_t n) { _mm256_mask_storeu_epi16(p, vmask(n), vcvt_to_f16(v)); }
 
+/* two vectors (2 * VL consecutive elements) at once: BF16 through one vcvtne2ps2bf16
+   (AVX512-BF16, RNE) unless an input is subnormal — that instruction flushes those, so
+   such pairs take the integer rounding above */
+static inline void vst2_f32(float *p, vf a, vf b) { vst_f32(p, a); vst_f32(p + VL, b); }
+static inline void vst2_f16(uint16_t *p, vf a, vf b) { vst_f16(p, a); vst_f16(p + VL, b); }
+/* Pairs whose values are known to be zero or at least 2^-126 in magnitude (no subnormal):
+   vcvtne2ps2bf16 alone. */
+static inline void vst2_bf16_normal(uint16_t *p, vf a, vf b)
+{
+    _mm512_storeu_si512((void *)p, (__m512i)_mm512_cvtne2ps_pbh(b, a));
+}
+static inline void vst2_f32_normal(float *p, vf a, vf b) { vst2_f32(p, a, b); }
+static inline void vst2_f16_normal(uint16_t *p, vf a, vf b) { vst2_f16(p, a, b); }
+
+/* running minimum of the nonzero |v| (zeros and NaN ignored), and its horizontal min */
+static inline vf vminnz_abs(vf m, vf v)
+{
+    vf a = _mm512_abs_ps(v);
+    return _mm512_mask_min_ps(m, _mm512_cmp_ps_mask(a, vzero(), _CMP_NEQ_OQ), a, m);
+}
+static inline float vhmin(vf m) { return _mm512_reduce_min_ps(m); }
+
+static inline void vst2_bf16(uint16_t *p, vf a, vf b)
+{
+    __mmask16 sa = _mm512_fpclass_ps_mask(a, 0x20), sb = _mm512_fpclass_ps_mask(b, 0x20);
+    if (__builtin_expect(_kortestz_mask16_u8(sa, sb), 1)) {
+        _mm512_storeu_si512((void *)p, (__m512i)_mm512_cvtne2ps_pbh(b, a));
+    } else {
+        vst_bf16(p, a);
+        vst_bf16(p + VL, b);
+    }
+}
+
 /* the f32 value of v rounded to the dtype (what a store then a load would give) */
 static inline vf vround_f32(vf v) { return v; }
 static inline vf vround_bf16(vf v) { return vcvt_bf16(vcvt_to_bf16(v)); }
@@ -80,6 +113,50 @@ static inline void vacc_d(vd *lo, vd *hi, vf s)
 static inline vd vd_zero(void) { return _mm512_setzero_pd(); }
 static inline vd vd_add(vd a, vd b) { return _mm512_add_pd(a, b); }
 static inline double vd_sum(vd a) { return _mm512_reduce_add_pd(a); }
+
+/* Sum of squares of a BF16 row with AVX512-BF16 dot products: each vdpbf16ps adds two
+   exact BF16 squares per lane (two f32 roundings), two instructions (at most 4 terms per
+   lane) make a block that is accumulated in double — the generic scheme's bound. The
+   instruction flushes subnormal results, so a row whose sum is below 2^-60 (where the
+   flushed parts could matter) is summed again by the generic code. */
+static inline double vsumsq_bf16_dp(const uint16_t *x, int64_t H,
+                                    double (*generic)(const uint16_t *, int64_t), float *xmin)
+{
+    vd alo = vd_zero(), ahi = vd_zero(), blo = vd_zero(), bhi = vd_zero();
+    /* smallest nonzero |x| as BF16 bits, minus one (zeros wrap to 0xffff and drop out) */
+    const __m512i absmask = _mm512_set1_epi16(0x7fff), one16 = _mm512_set1_epi16(1);
+    __m512i mn = _mm512_set1_epi16(-1);
+    int64_t k = 0;
+    for (; k + 128 <= H; k += 128) {
+        __m512i u0 = _mm512_loadu_si512((const void *)(x + k));
+        __m512i u1 = _mm512_loadu_si512((const void *)(x + k + 32));
+        __m512i u2 = _mm512_loadu_si512((const void *)(x + k + 64));
+        __m512i u3 = _mm512_loadu_si512((const void *)(x + k + 96));
+        vacc_d(&alo, &ahi, _mm512_dpbf16_ps(_mm512_dpbf16_ps(vzero(), (__m512bh)u0, (__m512bh)u0),
+                                            (__m512bh)u1, (__m512bh)u1));
+        vacc_d(&blo, &bhi, _mm512_dpbf16_ps(_mm512_dpbf16_ps(vzero(), (__m512bh)u2, (__m512bh)u2),
+                                            (__m512bh)u3, (__m512bh)u3));
+        __m512i m01 = _mm512_min_epu16(_mm512_sub_epi16(_mm512_and_si512(u0, absmask), one16),
+                                       _mm512_sub_epi16(_mm512_and_si512(u1, absmask), one16));
+        __m512i m23 = _mm512_min_epu16(_mm512_sub_epi16(_mm512_and_si512(u2, absmask), one16),
+                                       _mm512_sub_epi16(_mm512_and_si512(u3, absmask), one16));
+        mn = _mm512_min_epu16(mn, _mm512_min_epu16(m01, m23));
+    }
+    for (; k < H; k += 32) {
+        int64_t n = H - k < 32 ? H - k : 32;
+        __m512i u = _mm512_maskz_loadu_epi16((__mmask32)(n == 32 ? ~0u : (1u << n) - 1u), x + k);
+        vacc_d(&alo, &ahi, _mm512_dpbf16_ps(vzero(), (__m512bh)u, (__m512bh)u));
+        mn = _mm512_min_epu16(mn, _mm512_sub_epi16(_mm512_and_si512(u, absmask), one16));
+    }
+    /* horizontal min of 32 u16 lanes */
+    __m256i h = _mm256_min_epu16(_mm512_castsi512_si256(mn), _mm512_extracti64x4_epi64(mn, 1));
+    __m128i q = _mm_min_epu16(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    uint16_t b = (uint16_t)(_mm_extract_epi16(_mm_minpos_epu16(q), 0) + 1);
+    *xmin = b == 0 ? __builtin_inff() : (b >= 0x7f80 ? 0.0f : qk_bf16_to_f32(b));
+    double ss = vd_sum(vd_add(vd_add(alo, ahi), vd_add(blo, bhi)));
+    return ss < 0x1p-60 ? generic(x, H) : ss;
+}
+#define VEC_SUMSQ_BF16 vsumsq_bf16_dp
 
 /* e^x (~1 ulp): overflow to inf, underflow through subnormals to 0, NaN kept */
 static inline vf vexp(vf x)

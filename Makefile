@@ -1,0 +1,73 @@
+# qkern: thin wrapper over CMake. Two commands do all the set-up on a fresh Debian machine:
+#   make demo   builds the library and the qk tool for this machine and runs the main job
+#   make test   builds every target with gcc and clang under ASan+UBSan and runs every test
+# Build outputs: build/libqkern.so, build/libqkern.a, build/qk (target: native).
+
+SHELL := /bin/bash
+JOBS ?= $(shell nproc)
+TARGET ?= native
+PREFIX ?= /usr/local
+TEST_TARGETS := generic x86-64-v3 x86-64-v4
+TEST_COMPILERS := gcc clang
+APT_PACKAGES := cmake make gcc clang libomp-dev libclang-rt-dev pkg-config libjansson-dev python3 python3-pip
+PIP_PACKAGES := numpy ml_dtypes safetensors pytest
+
+.PHONY: all build demo test deps pydeps install fuzz bench bench-deps clean
+
+all: build
+
+# ---- set-up: install what is missing (Debian packages, then PyPI packages) ----
+deps:
+	@missing=""; for p in $(APT_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "make: installing Debian packages:$$missing"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+
+pydeps: deps
+	@python3 -c "import numpy, ml_dtypes, safetensors, pytest" 2>/dev/null || \
+	  python3 -m pip install -q $(PIP_PACKAGES) || \
+	  python3 -m pip install -q --break-system-packages $(PIP_PACKAGES)
+
+# ---- the optimised build for this machine ----
+build: deps
+	cmake -S . -B build -DQK_TARGET=$(TARGET) -DCMAKE_BUILD_TYPE=Release
+	cmake --build build -j $(JOBS)
+
+demo: build
+	./build/qk info
+	./build/qk bench norm
+
+# ---- every test: 3 targets x 2 compilers under ASan+UBSan, then the release build ----
+test: pydeps
+	@set -e; for cc in $(TEST_COMPILERS); do for t in $(TEST_TARGETS); do \
+	  d=build-test/$$cc-$$t; echo "== $$cc, target $$t (ASan+UBSan) =="; \
+	  CC=$$cc cmake -S . -B $$d -DQK_TARGET=$$t -DQK_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo > $$d.log 2>&1 || { cat $$d.log; exit 1; }; \
+	  cmake --build $$d -j $(JOBS) >> $$d.log 2>&1 || { cat $$d.log; exit 1; }; \
+	  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	    ctest --test-dir $$d --output-on-failure -j $(JOBS); \
+	done; done
+	$(MAKE) build
+	ctest --test-dir build --output-on-failure -j $(JOBS)
+	QK_BUILD=$(CURDIR)/build python3 -m pytest -q tests/python
+	@echo "make test: all configurations passed"
+
+install: build
+	cmake --install build --prefix $(PREFIX)
+
+# ---- extras ----
+fuzz: deps
+	tests/fuzz/run.sh 600
+
+bench-deps: deps
+	@dpkg-query -W -f='$${Status}' libdnnl-dev 2>/dev/null | grep -q "install ok installed" || \
+	  { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq libdnnl-dev; }
+
+bench: bench-deps build
+	./build/qk bench all --json build/bench.json --plot build/bench.svg
+
+clean:
+	rm -rf build build-test build-fuzz
