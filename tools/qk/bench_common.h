@@ -168,13 +168,14 @@ typedef struct qkb_series {
     const char *name;
     const char *color;       /* "#1f77b4" */
     bool dashed;
+    bool square;             /* square markers instead of circles */
     int n;
     double *x, *y;           /* n points, x and y > 0 (others are skipped) */
 } qkb_series;
-/* Draws every series as markers joined in order of x; false (with a message) when the
-   file cannot be written. */
-bool qkb_svg_plot(const char *path, const char *title, const char *xlabel, const char *ylabel,
-                  const qkb_series *series, int nseries);
+/* Draws every series as markers joined in order of x, ticks labelled with SI prefixes
+   and the unit ("10kB", "1ms"); false (with a message) when the file cannot be written. */
+bool qkb_svg_plot(const char *path, const char *title, const char *xlabel, const char *xunit,
+                  const char *ylabel, const char *yunit, const qkb_series *series, int nseries);
 /* A colour from a fixed palette, by index. */
 const char *qkb_color(int i);
 

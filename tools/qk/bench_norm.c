@@ -654,7 +654,8 @@ static bool write_json(const bench *bn, const comparison *cmp, int ncmp, const s
 
 static bool write_plot(const bench *bn)
 {
-    enum { MAXS = 2 * MAXP + 4 };
+    /* one series per (provider or composite, op, dtype), and the copy limit */
+    enum { MAXS = 2 * 2 * (MAXP + 1) + 1 };
     qkb_series s[MAXS];
     char names[MAXS][64];
     int ns = 0, n = bn->ncells;
@@ -662,28 +663,33 @@ static bool write_plot(const bench *bn)
     if (!xs) abort();
     double *cur = xs;
     for (int o = 0; o < NOPS; o++)
-        for (int p = -1; p < bn->np && ns < MAXS - 1; p++) {
-            qkb_series *sr = &s[ns];
-            snprintf(names[ns], sizeof names[ns], "%s %s", p >= 0 ? bn->prov[p]->name : "composite",
-                     o == OP_GEMMA ? "norm" : "add+norm");
-            sr->name = names[ns];
-            sr->color = qkb_color(p + 1);
-            sr->dashed = o == OP_ADD;
-            sr->n = n;
-            sr->x = cur; cur += n;
-            sr->y = cur; cur += n;
-            for (int i = 0; i < n; i++) {
-                const cell *c = &bn->cells[i];
-                sr->x[i] = (double)c->bytes[o];
-                sr->y[i] = p >= 0 ? c->prov[o][p].st.p50 : c->comp[o].st.p50;
+        for (int d = 0; d < 2; d++)
+            for (int p = -1; p < bn->np; p++) {
+                qkb_series *sr = &s[ns];
+                snprintf(names[ns], sizeof names[ns], "%s %s %s",
+                         p >= 0 ? bn->prov[p]->name : "composite",
+                         o == OP_GEMMA ? "norm" : "add+norm", qk_dtype_name(dtypes[d]));
+                sr->name = names[ns];
+                sr->color = qkb_color(p + 1);
+                sr->dashed = o == OP_ADD;
+                sr->square = dtypes[d] == QK_DTYPE_F16;
+                sr->n = 0;
+                sr->x = cur; cur += n;
+                sr->y = cur; cur += n;
+                for (int i = 0; i < n; i++) {
+                    const cell *c = &bn->cells[i];
+                    if (c->dt != dtypes[d]) continue;
+                    sr->x[sr->n] = (double)c->bytes[o];
+                    sr->y[sr->n++] = p >= 0 ? c->prov[o][p].st.p50 : c->comp[o].st.p50;
+                }
+                ns++;
             }
-            ns++;
-        }
     /* the copy limit: bytes / copy bandwidth, both ops */
     qkb_series *lim = &s[ns++];
     lim->name = "copy limit";
     lim->color = "#000000";
     lim->dashed = true;
+    lim->square = false;
     lim->n = 2 * n;
     lim->x = cur; cur += 2 * n;
     lim->y = cur;
@@ -693,8 +699,9 @@ static bool write_plot(const bench *bn)
             lim->x[o * n + i] = (double)c->bytes[o];
             lim->y[o * n + i] = (double)c->bytes[o] / (c->copy[o].gbps * 1e9);
         }
-    bool ok = qkb_svg_plot(bn->opt.plot, "qk bench norm: p50 latency vs bytes moved (F16 and BF16)",
-                           "bytes moved per call", "p50 latency (s)", s, ns);
+    bool ok = qkb_svg_plot(bn->opt.plot, "qk bench norm: p50 latency vs bytes moved "
+                           "(solid: norm, dashed: add+norm; circles BF16, squares F16)",
+                           "bytes moved per call", "B", "p50 latency per call", "s", s, ns);
     free(xs);
     return ok;
 }

@@ -24,17 +24,17 @@ static void xml_text(FILE *f, const char *s)
     }
 }
 
-/* 10^e as "100n", "1u", "10k", "1M". */
-static void si_label(char *buf, size_t n, int e)
+/* 10^e with the unit as "100ns", "1us", "10kB", "1MB". */
+static void si_label(char *buf, size_t n, int e, const char *unit)
 {
     static const char *const prefix[] = {"p", "n", "u", "m", "", "k", "M", "G", "T"};
     int g = (int)floor(e / 3.0);
     int r = e - 3 * g;
     if (g < -4 || g > 4) {
-        snprintf(buf, n, "1e%d", e);
+        snprintf(buf, n, "1e%d%s", e, unit);
         return;
     }
-    snprintf(buf, n, "%d%s", r == 0 ? 1 : r == 1 ? 10 : 100, prefix[g + 4]);
+    snprintf(buf, n, "%d%s%s", r == 0 ? 1 : r == 1 ? 10 : 100, prefix[g + 4], unit);
 }
 
 typedef struct pt { double x, y; } pt;
@@ -45,8 +45,8 @@ static int cmp_pt(const void *a, const void *b)
     return (p->x > q->x) - (p->x < q->x);
 }
 
-bool qkb_svg_plot(const char *path, const char *title, const char *xlabel, const char *ylabel,
-                  const qkb_series *series, int nseries)
+bool qkb_svg_plot(const char *path, const char *title, const char *xlabel, const char *xunit,
+                  const char *ylabel, const char *yunit, const qkb_series *series, int nseries)
 {
     double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
     for (int s = 0; s < nseries; s++)
@@ -76,7 +76,7 @@ bool qkb_svg_plot(const char *path, const char *title, const char *xlabel, const
                "viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\" font-size=\"12\">\n",
             W, H, W, H);
     fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
-    fprintf(f, "<text x=\"%.0f\" y=\"28\" font-size=\"16\" text-anchor=\"middle\">", L + pw / 2);
+    fprintf(f, "<text x=\"%.0f\" y=\"28\" font-size=\"14\" text-anchor=\"middle\">", L + pw / 2);
     xml_text(f, title);
     fprintf(f, "</text>\n");
 
@@ -86,7 +86,7 @@ bool qkb_svg_plot(const char *path, const char *title, const char *xlabel, const
         double v = pow(10, e);
         fprintf(f, "<line x1=\"%.1f\" y1=\"%.0f\" x2=\"%.1f\" y2=\"%.0f\" stroke=\"#bbb\"/>\n",
                 PX(v), T, PX(v), T + ph);
-        si_label(lab, sizeof lab, e);
+        si_label(lab, sizeof lab, e, xunit);
         fprintf(f, "<text x=\"%.1f\" y=\"%.0f\" text-anchor=\"middle\">%s</text>\n", PX(v),
                 T + ph + 18, lab);
         for (int m = 2; m <= 9 && e < ex1; m++)
@@ -97,7 +97,7 @@ bool qkb_svg_plot(const char *path, const char *title, const char *xlabel, const
         double v = pow(10, e);
         fprintf(f, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#bbb\"/>\n", L,
                 PY(v), L + pw, PY(v));
-        si_label(lab, sizeof lab, e);
+        si_label(lab, sizeof lab, e, yunit);
         fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n", L - 6,
                 PY(v) + 4, lab);
         for (int m = 2; m <= 9 && e < ey1; m++)
@@ -130,8 +130,13 @@ bool qkb_svg_plot(const char *path, const char *title, const char *xlabel, const
             for (int i = 0; i < n; i++) fprintf(f, "%.1f,%.1f ", PX(p[i].x), PY(p[i].y));
             fprintf(f, "\"/>\n");
         }
-        for (int i = 0; i < n; i++)
-            fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.5\"/>\n", PX(p[i].x), PY(p[i].y));
+        for (int i = 0; i < n; i++) {
+            if (sr->square)
+                fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"5\" height=\"5\"/>\n",
+                        PX(p[i].x) - 2.5, PY(p[i].y) - 2.5);
+            else
+                fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.5\"/>\n", PX(p[i].x), PY(p[i].y));
+        }
         fprintf(f, "</g>\n");
         free(p);
         /* legend */
@@ -139,6 +144,12 @@ bool qkb_svg_plot(const char *path, const char *title, const char *xlabel, const
         fprintf(f, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"%s\" "
                    "stroke-width=\"2\"%s/>\n", L + pw + 12, ly, L + pw + 40, ly, sr->color,
                 sr->dashed ? " stroke-dasharray=\"6 4\"" : "");
+        if (sr->square)
+            fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"5\" height=\"5\" fill=\"%s\"/>\n",
+                    L + pw + 23.5, ly - 2.5, sr->color);
+        else
+            fprintf(f, "<circle cx=\"%.0f\" cy=\"%.0f\" r=\"2.5\" fill=\"%s\"/>\n", L + pw + 26,
+                    ly, sr->color);
         fprintf(f, "<text x=\"%.0f\" y=\"%.0f\">", L + pw + 46, ly + 4);
         xml_text(f, sr->name);
         fprintf(f, "</text>\n");
