@@ -45,6 +45,18 @@ static void upcast(const void *src, qk_dtype dt, float *restrict y, int64_t b, i
 static void downcast(const float *restrict a, qk_dtype dt, void *dst, int64_t b, int64_t e)
 {
     int64_t i = b;
+    if (dt == QK_DTYPE_BF16) {
+        /* round to nearest even on the bits, NaN kept quiet: branch-free, so it vectorises */
+        uint16_t *restrict o = (uint16_t *)dst;
+        for (; i + VEC <= e; i += VEC)
+            for (int l = 0; l < VEC; l++) {
+                uint32_t u;
+                memcpy(&u, &a[i + l], 4);
+                const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+                const uint32_t q = (u >> 16) | 0x40u;
+                o[i + l] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? q : r);
+            }
+    }
 #if defined(__F16C__)
     if (dt == QK_DTYPE_F16) {
         uint16_t *o = (uint16_t *)dst;

@@ -51,6 +51,7 @@ typedef struct cell {
     run_result comp[NOPS];
     run_result unfused[MAXP];          /* add kernel + gemma_rms_norm, same provider */
     bool fused_equal[MAXP];            /* fused output bits == unfused */
+    bool comp_agrees[NOPS];            /* composite within 2 ulp of the staged provider */
 } cell;
 
 typedef struct bench {
@@ -302,6 +303,29 @@ static bool check_fused_equals_unfused(call_ctx *x)
     return !memcmp(b->check_out, b->out[0], b->bytes) && !memcmp(b->check_ro, b->ro[0], b->bytes);
 }
 
+/* The composite is a baseline, not a reference, but it must compute the same thing:
+   within 2 ulp of the output dtype of the staged provider (f32 accumulation order differs). */
+static bool check_composite(const bench *bn, call_ctx *x)
+{
+    bufs *b = x->b;
+    const cell *c = x->c;
+    const int s = bn->staged[x->op];
+    if (s < 0) return true;
+    call_ctx v = *x;
+    v.m = M_PROVIDER;
+    v.p = bn->prov[s];
+    call_once(&v, 0);
+    memcpy(b->check_out, b->out[0], b->bytes);
+    v.m = M_COMPOSITE;
+    call_once(&v, 0);
+    const float ulp = c->dt == QK_DTYPE_BF16 ? 0x1p-8f : 0x1p-11f;
+    for (int64_t i = 0; i < c->R * c->H; i++) {
+        const float a = qk_load_f32(b->check_out, c->dt, i), d = qk_load_f32(b->out[0], c->dt, i);
+        if (!(fabsf(a - d) <= 2 * ulp * fmaxf(fabsf(a), 0x1p-14f))) return false;
+    }
+    return true;
+}
+
 static void run_cell(const bench *bn, cell *c)
 {
     const size_t es = qk_dtype_size(c->dt), RH = (size_t)(c->R * c->H);
@@ -330,6 +354,7 @@ static void run_cell(const bench *bn, cell *c)
         x.m = M_COMPOSITE;
         x.p = NULL;
         c->comp[o] = time_run(bn, &x);
+        c->comp_agrees[o] = check_composite(bn, &x);
     }
     bufs_free(&b);
 }
@@ -589,6 +614,7 @@ static bool write_json(const bench *bn, const comparison *cmp, int ncmp, const s
                     write_run(&j, k, &c->unfused[p]);
                 }
             qkb_json_end(&j);
+            qkb_json_bool(&j, "composite_agrees_with_staged", c->comp_agrees[o]);
             if (o == OP_ADD) {
                 qkb_json_object(&j, "fused_equals_unfused");
                 for (int p = 0; p < bn->np; p++)
@@ -866,6 +892,11 @@ int qk_bench_norm(int argc, char **argv)
     for (int i = 0; i < bn.ncells; i++)
         for (int p = 0; p < bn.np; p++) bad += !bn.cells[i].fused_equal[p];
     printf("  fused == unfused bit for bit: %s\n", bad ? "NO (see the unfused table)" : "yes, every cell and provider");
+    int comp_bad = 0;
+    for (int i = 0; i < bn.ncells; i++)
+        for (int o = 0; o < NOPS; o++) comp_bad += !bn.cells[i].comp_agrees[o];
+    if (comp_bad) printf("  composite differs from the staged provider by > 2 ulp in %d runs\n", comp_bad);
+    else printf("  composite agrees with the staged provider within 2 ulp: yes, every cell\n");
     printf("  (%.0f s; the machine is shared: absolute times drift, ratios within one run hold)\n",
            qkb_now() - t_start);
 
