@@ -158,6 +158,44 @@ static inline double vsumsq_bf16_dp(const uint16_t *x, int64_t H,
 }
 #define VEC_SUMSQ_BF16 vsumsq_bf16_dp
 
+/* BF16 rows as even/odd halves: 32 BF16 values load as the f32 vectors of their even and
+   odd elements with lane-local shifts (no widening shuffle), and store back with one
+   vcvtne2ps2bf16 plus one word permute. Weights for such rows are kept in f32 with the
+   same even/odd order per 32 elements (veo_split_f32). */
+#define VEC_HAS_BF16_EO 1
+static inline void veo_load_bf16(const uint16_t *p, vf *even, vf *odd)
+{
+    __m512i u = _mm512_loadu_si512((const void *)p);
+    *even = _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
+    *odd = _mm512_castsi512_ps(_mm512_and_si512(u, _mm512_set1_epi32((int)0xffff0000u)));
+}
+static inline void veo_split_f32(vf v0, vf v1, vf *even, vf *odd)
+{
+    const __m512i ie = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i io = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    *even = _mm512_permutex2var_ps(v0, ie, v1);
+    *odd = _mm512_permutex2var_ps(v0, io, v1);
+}
+/* values known to be zero or at least 2^-126 in magnitude */
+static inline void veo_store_bf16_normal(uint16_t *p, vf even, vf odd)
+{
+    const __m512i il = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
+                                        23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    _mm512_storeu_si512((void *)p, _mm512_permutexvar_epi16(il, (__m512i)_mm512_cvtne2ps_pbh(odd, even)));
+}
+static inline void veo_store_bf16(uint16_t *p, vf even, vf odd)
+{
+    __mmask16 se = _mm512_fpclass_ps_mask(even, 0x20), so = _mm512_fpclass_ps_mask(odd, 0x20);
+    if (__builtin_expect(_kortestz_mask16_u8(se, so), 1)) {
+        veo_store_bf16_normal(p, even, odd);
+    } else { /* back to element order, then the exact integer rounding */
+        const __m512i lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+        const __m512i hi = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
+        vst_bf16(p, _mm512_permutex2var_ps(even, lo, odd));
+        vst_bf16(p + VL, _mm512_permutex2var_ps(even, hi, odd));
+    }
+}
+
 /* e^x (~1 ulp): overflow to inf, underflow through subnormals to 0, NaN kept */
 static inline vf vexp(vf x)
 {
