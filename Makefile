@@ -44,7 +44,7 @@ demo: build
 # ---- every test: 3 targets x 2 compilers under ASan+UBSan, then the release build ----
 test: pydeps
 	@set -e; for cc in $(TEST_COMPILERS); do for t in $(TEST_TARGETS); do \
-	  d=build-test/$$cc-$$t; echo "== $$cc, target $$t (ASan+UBSan) =="; \
+	  d=build-test/$$cc-$$t; mkdir -p build-test; echo "== $$cc, target $$t (ASan+UBSan) =="; \
 	  CC=$$cc cmake -S . -B $$d -DQK_TARGET=$$t -DQK_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo > $$d.log 2>&1 || { cat $$d.log; exit 1; }; \
 	  cmake --build $$d -j $(JOBS) >> $$d.log 2>&1 || { cat $$d.log; exit 1; }; \
 	  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
