@@ -1,6 +1,7 @@
 /* The reference provider's op set: every op of the stable API in portable C. */
 #include "internal.h"
 #include "ref/ref.h"
+#include "ref/mx_ref.h"
 
 #define REF_NORM {"ref", qk_norm_ref, 1 << 20}
 
@@ -9,9 +10,9 @@ const qk_provider_set qk_provider_ref = {
     .cpu_features = 0,
     .ops = {
         .norm = {REF_NORM, REF_NORM, REF_NORM, REF_NORM, REF_NORM},
-        .mx_quantize = {NULL, NULL},
-        .mx_dequantize = {NULL, NULL},
-        .mx_pack_scale_pairs = NULL,
+        .mx_quantize = {"ref", qk_mx_quantize_row_ref},
+        .mx_dequantize = {"ref", qk_mx_dequantize_row_ref},
+        .mx_pack_scale_pairs = "ref",
         .mxfp8_linear = NULL,
     },
 };

@@ -1,6 +1,7 @@
 /* Target `generic`: portable C only. Every op runs the reference provider. */
 #include "internal.h"
 #include "ref/ref.h"
+#include "ref/mx_ref.h"
 
 #define NORM_REF {"ref", qk_norm_ref, 256 << 10}
 
@@ -9,9 +10,9 @@ const qk_target_table qk_target_table_built = {
     .cpu_features = 0,
     .ops = {
         .norm = {NORM_REF, NORM_REF, NORM_REF, NORM_REF, NORM_REF},
-        .mx_quantize = {NULL, NULL},
-        .mx_dequantize = {NULL, NULL},
-        .mx_pack_scale_pairs = NULL,
+        .mx_quantize = {"ref", qk_mx_quantize_row_ref},   /* mx ops: ref, the only provider in this target */
+        .mx_dequantize = {"ref", qk_mx_dequantize_row_ref},
+        .mx_pack_scale_pairs = "ref",
         .mxfp8_linear = NULL,
     },
 };
