@@ -11,6 +11,8 @@ static const struct {
 } commands[] = {
     {"info", qk_cmd_info, "version, target, CPU features, op -> provider"},
     {"bench", qk_cmd_bench, "norm|linear|quant|all [--json FILE] [--plot FILE.svg]"},
+    {"inspect", qk_cmd_inspect, "PATH [--json]: tensors, MXFP8 linears, checkpoint problems"},
+    {"quantize", qk_cmd_quantize, "IN OUT_DIR [options]: write a ModelSlim W8A8_MXFP8 folder"},
 };
 
 static int usage(FILE *f)

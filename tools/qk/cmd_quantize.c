@@ -1,0 +1,496 @@
+/* `qk quantize IN OUT_DIR`: reads a BF16/F16/F32 safetensors checkpoint (a file, an index,
+ * or an HF folder), quantizes the selected 2-D *.weight tensors of linear layers to MXFP8
+ * (qk_mx_quantize: E4M3 elements, one E8M0 scale per 32 elements of K) and writes a
+ * ModelSlim W8A8_MXFP8 folder: quant_model_weights.safetensors (or one shard per input
+ * shard plus an index) and quant_model_description.json. Tensor by tensor, in row chunks
+ * spread over all cores, so memory stays near one chunk; never overwrites its input. */
+#define _GNU_SOURCE
+#include "qk_tool.h"
+
+#include "internal.h"
+#include "qkern_io.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <regex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CHUNK_BYTES ((int64_t)64 << 20)
+
+typedef struct {
+    regex_t *inc, *exc;
+    int ninc, nexc;
+} selection;
+
+static bool ends_with(const char *s, const char *suf)
+{
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && !strcmp(s + a - b, suf);
+}
+
+/* A linear layer's weight: 2-D float *.weight, not an embedding or a norm. */
+static bool candidate(const qk_st_info *t)
+{
+    return t->ndim == 2 && t->shape[0] > 0 && t->shape[1] > 0 && ends_with(t->name, ".weight") &&
+           (t->dtype == QK_DTYPE_BF16 || t->dtype == QK_DTYPE_F16 || t->dtype == QK_DTYPE_F32) &&
+           !strstr(t->name, "embed") && !strstr(t->name, "norm");
+}
+
+static bool matches(const regex_t *r, int n, const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (regexec(&r[i], name, 0, NULL, 0) == 0) return true;
+    return false;
+}
+
+static bool selected(const selection *sel, const qk_st_info *t)
+{
+    if (!candidate(t)) return false;
+    if (sel->ninc ? !matches(sel->inc, sel->ninc, t->name) : strstr(t->name, "lm_head") != NULL)
+        return false;
+    return !matches(sel->exc, sel->nexc, t->name);
+}
+
+/* ---- progress ---- */
+typedef struct {
+    bool on;
+    uint64_t total, done;
+    double last;
+} progress;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void progress_show(progress *p, const char *name, bool force)
+{
+    if (!p->on) return;
+    double t = now_s();
+    if (!force && t - p->last < 0.1) return;
+    p->last = t;
+    double f = p->total ? (double)p->done / (double)p->total : 1.0;
+    if (f > 1) f = 1;
+    char bar[31];
+    int fill = (int)(f * 30);
+    for (int i = 0; i < 30; i++) bar[i] = i < fill ? '#' : '.';
+    bar[30] = 0;
+    fprintf(stderr, "\r%3d%% [%s] %7.2f/%.2f GB  %-48.48s", (int)(f * 100), bar, (double)p->done / 1e9,
+            (double)p->total / 1e9, name ? name : "");
+    fflush(stderr);
+}
+
+/* ---- quantizing one tensor ---- */
+typedef struct {
+    const char *src;
+    qk_dtype dt;
+    int64_t K, kb;
+    size_t esz;
+    const qk_mx_options *opt;
+    uint8_t *q, *s;
+    pthread_mutex_t *lock;
+    qk_status *st;
+    char *msg;
+} quant_ctx;
+
+static void quant_rows(const void *vctx, int64_t begin, int64_t end)
+{
+    const quant_ctx *c = vctx;
+    int64_t xs[2] = {end - begin, c->K}, ss[2] = {end - begin, c->kb};
+    qk_tensor x = qk_tensor_make((void *)(uintptr_t)(c->src + (size_t)begin * (size_t)c->K * c->esz),
+                                 c->dt, 2, xs);
+    qk_tensor q = qk_tensor_make(c->q + begin * c->K, QK_DTYPE_F8_E4M3, 2, xs);
+    qk_tensor s = qk_tensor_make(c->s + begin * c->kb, QK_DTYPE_E8M0, 2, ss);
+    qk_status st = qk_mx_quantize(&x, c->opt, &q, &s);
+    if (st != QK_OK) {
+        pthread_mutex_lock(c->lock);
+        if (*c->st == QK_OK) {
+            *c->st = st;
+            snprintf(c->msg, 512, "%s", qk_last_error());
+        }
+        pthread_mutex_unlock(c->lock);
+    }
+}
+
+static int quantize_tensor(const qk_st_info *t, const char *scale_name, qk_st_writer *w,
+                           const qk_mx_options *opt, progress *pg)
+{
+    int64_t N = t->shape[0], K = t->shape[1], kb = (K + QK_MX_BLOCK - 1) / QK_MX_BLOCK;
+    size_t esz = t->elem_size;
+    int64_t row_bytes = K * (int64_t)esz, rows = CHUNK_BYTES / row_bytes;
+    if (rows < 1) rows = 1;
+    if (rows > N) rows = N;
+    bool misaligned = ((uintptr_t)t->data % esz) != 0;
+    uint8_t *q = malloc((size_t)(rows * K)), *s = malloc((size_t)(rows * kb));
+    char *xb = misaligned ? malloc((size_t)(rows * row_bytes)) : NULL;
+    if (!q || !s || (misaligned && !xb)) {
+        free(q); free(s); free(xb);
+        fprintf(stderr, "\nqk quantize: out of memory for %s\n", t->name);
+        return 1;
+    }
+    pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    qk_status st = QK_OK;
+    char msg[512] = "";
+    int rc = 0;
+    for (int64_t r0 = 0; r0 < N && !rc; r0 += rows) {
+        int64_t nr = N - r0 < rows ? N - r0 : rows;
+        const char *src = (const char *)t->data + r0 * row_bytes;
+        if (misaligned) {
+            memcpy(xb, src, (size_t)(nr * row_bytes));
+            src = xb;
+        }
+        quant_ctx c = {src, t->dtype, K, kb, esz, opt, q, s, &lock, &st, msg};
+        qk_parallel_for(nr, row_bytes, 1 << 18, quant_rows, &c);
+        if (st != QK_OK) {
+            fprintf(stderr, "%sqk quantize: %s: %s: %s\n", pg->on ? "\n" : "", t->name,
+                    qk_status_name(st), msg);
+            rc = 1;
+            break;
+        }
+        if (qk_st_writer_write(w, t->name, q, (size_t)(nr * K)) != QK_OK ||
+            qk_st_writer_write(w, scale_name, s, (size_t)(nr * kb)) != QK_OK) {
+            fprintf(stderr, "%sqk quantize: %s\n", pg->on ? "\n" : "", qk_last_error());
+            rc = 1;
+            break;
+        }
+        pg->done += (uint64_t)(nr * row_bytes);
+        progress_show(pg, t->name, false);
+    }
+    free(q);
+    free(s);
+    free(xb);
+    return rc;
+}
+
+/* copies a tensor (or converts a 16-bit float bias to F32) in chunks */
+static int copy_tensor(const qk_st_info *t, bool to_f32, qk_st_writer *w, progress *pg)
+{
+    const char *src = t->data;
+    uint64_t left = t->nbytes;
+    float *buf = NULL;
+    if (to_f32) {
+        buf = malloc(CHUNK_BYTES);
+        if (!buf) { fprintf(stderr, "qk quantize: out of memory\n"); return 1; }
+    }
+    while (left) {
+        size_t n = left > (uint64_t)CHUNK_BYTES / 2 ? (size_t)CHUNK_BYTES / 2 : (size_t)left;
+        qk_status st;
+        if (to_f32) {
+            size_t cnt = n / 2;
+            for (size_t i = 0; i < cnt; i++) {
+                uint16_t h;
+                memcpy(&h, src + 2 * i, 2);
+                buf[i] = t->dtype == QK_DTYPE_BF16 ? qk_bf16_to_f32(h) : qk_f16_to_f32(h);
+            }
+            st = qk_st_writer_write(w, t->name, buf, cnt * 4);
+        } else {
+            st = qk_st_writer_write(w, t->name, src, n);
+        }
+        if (st != QK_OK) {
+            fprintf(stderr, "%sqk quantize: %s\n", pg->on ? "\n" : "", qk_last_error());
+            free(buf);
+            return 1;
+        }
+        src += n;
+        left -= n;
+        pg->done += n;
+        progress_show(pg, t->name, false);
+    }
+    free(buf);
+    return 0;
+}
+
+/* ---- output paths ---- */
+static int mkdirs(const char *path)
+{
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
+    struct stat sb;
+    return stat(buf, &sb) == 0 && S_ISDIR(sb.st_mode) ? 0 : -1;
+}
+
+typedef struct {
+    dev_t dev;
+    ino_t ino;
+} file_id;
+
+/* refuses an output path that is an input, or that exists without --force */
+static int check_output(const char *path, const file_id *inputs, size_t nin, bool force)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0) return 0;
+    for (size_t i = 0; i < nin; i++)
+        if (inputs[i].dev == sb.st_dev && inputs[i].ino == sb.st_ino) {
+            fprintf(stderr, "qk quantize: refusing to overwrite %s: it is part of the input\n", path);
+            return 1;
+        }
+    if (!force) {
+        fprintf(stderr, "qk quantize: %s exists (pass --force to replace it)\n", path);
+        return 1;
+    }
+    return 0;
+}
+
+static int usage(FILE *f)
+{
+    fprintf(f,
+            "usage: qk quantize IN OUT_DIR [options]\n"
+            "  IN: a BF16/F16/F32 .safetensors file, an index .json, or an HF folder\n"
+            "  OUT_DIR: the ModelSlim W8A8_MXFP8 folder to write (created if missing)\n"
+            "options:\n"
+            "  --scale-rule floor|rceil  shared-scale rule (default floor)\n"
+            "  --round away|even         element rounding (default away, as ModelSlim)\n"
+            "  --include REGEX           quantize only matching linear weights (repeatable;\n"
+            "                            default: every linear weight except lm_head)\n"
+            "  --exclude REGEX           keep matching tensors FLOAT (repeatable)\n"
+            "  --force                   replace existing output files (never the input)\n"
+            "  --quiet                   no progress bar\n"
+            "Quantized: 2-D float *.weight tensors whose names contain neither \"embed\" nor\n"
+            "\"norm\", selected as above; everything else is copied as FLOAT (biases as F32).\n"
+            "Regular expressions are POSIX extended, matched anywhere in the name.\n");
+    return f == stderr ? 2 : 0;
+}
+
+static const char *opt_value(int argc, char **argv, int *i, const char *name)
+{
+    size_t n = strlen(name);
+    if (!strncmp(argv[*i], name, n) && argv[*i][n] == '=') return argv[*i] + n + 1;
+    if (!strcmp(argv[*i], name)) {
+        if (*i + 1 >= argc) return NULL;
+        return argv[++*i];
+    }
+    return NULL;
+}
+
+int qk_cmd_quantize(int argc, char **argv)
+{
+    const char *in = NULL, *out = NULL;
+    qk_mx_options opt = qk_mx_options_default();
+    opt.scale_rule = QK_MX_SCALE_FLOOR;
+    opt.round = QK_ROUND_NEAREST_AWAY;
+    bool force = false, quiet = false;
+    selection sel = {calloc((size_t)argc, sizeof(regex_t)), calloc((size_t)argc, sizeof(regex_t)), 0, 0};
+    int rc = 2;
+    if (!sel.inc || !sel.exc) goto done;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { rc = usage(stdout); goto done; }
+        if (!strcmp(a, "--force")) { force = true; continue; }
+        if (!strcmp(a, "--quiet")) { quiet = true; continue; }
+        if (!strncmp(a, "--scale-rule", 12)) {
+            v = opt_value(argc, argv, &i, "--scale-rule");
+            if (v && !strcmp(v, "floor")) opt.scale_rule = QK_MX_SCALE_FLOOR;
+            else if (v && !strcmp(v, "rceil")) opt.scale_rule = QK_MX_SCALE_RCEIL;
+            else { fprintf(stderr, "qk quantize: --scale-rule takes floor or rceil\n"); goto done; }
+            continue;
+        }
+        if (!strncmp(a, "--round", 7)) {
+            v = opt_value(argc, argv, &i, "--round");
+            if (v && !strcmp(v, "away")) opt.round = QK_ROUND_NEAREST_AWAY;
+            else if (v && !strcmp(v, "even")) opt.round = QK_ROUND_NEAREST_EVEN;
+            else { fprintf(stderr, "qk quantize: --round takes away or even\n"); goto done; }
+            continue;
+        }
+        if (!strncmp(a, "--include", 9) || !strncmp(a, "--exclude", 9)) {
+            bool inc = a[2] == 'i';
+            v = opt_value(argc, argv, &i, inc ? "--include" : "--exclude");
+            if (!v) { fprintf(stderr, "qk quantize: %s takes a regular expression\n", a); goto done; }
+            regex_t *r = inc ? &sel.inc[sel.ninc] : &sel.exc[sel.nexc];
+            int e = regcomp(r, v, REG_EXTENDED | REG_NOSUB);
+            if (e) {
+                char eb[256];
+                regerror(e, r, eb, sizeof eb);
+                fprintf(stderr, "qk quantize: bad regular expression '%s': %s\n", v, eb);
+                goto done;
+            }
+            if (inc) sel.ninc++;
+            else sel.nexc++;
+            continue;
+        }
+        if (a[0] == '-' && a[1]) { fprintf(stderr, "qk quantize: unknown option %s\n", a); usage(stderr); goto done; }
+        if (!in) in = a;
+        else if (!out) out = a;
+        else { usage(stderr); goto done; }
+    }
+    if (!in || !out) { usage(stderr); goto done; }
+    rc = 1;
+
+    qk_st_set *set = NULL;
+    if (qk_st_set_open(in, 0, &set) != QK_OK) {
+        fprintf(stderr, "qk quantize: %s\n", qk_last_error());
+        goto done;
+    }
+    size_t nf = qk_st_set_file_count(set);
+    file_id *ids = calloc(nf + 1, sizeof *ids);
+    char **names = calloc(nf, sizeof *names);
+    json_t *desc = json_object(), *wmap = json_object();
+    int err = !ids || !names || !desc || !wmap;
+    size_t nin = 0;
+    for (size_t f = 0; !err && f < nf; f++) {
+        struct stat sb;
+        if (stat(qk_st_path(qk_st_set_file(set, f)), &sb) == 0) ids[nin++] = (file_id){sb.st_dev, sb.st_ino};
+    }
+    if (!err && qk_st_set_index_path(set)) {
+        struct stat sb;
+        if (stat(qk_st_set_index_path(set), &sb) == 0) ids[nin++] = (file_id){sb.st_dev, sb.st_ino};
+    }
+    if (!err && mkdirs(out) != 0) {
+        fprintf(stderr, "qk quantize: cannot create %s: %s\n", out, strerror(errno));
+        err = 1;
+    }
+    char descpath[4096], indexpath[4096];
+    snprintf(descpath, sizeof descpath, "%s/quant_model_description.json", out);
+    snprintf(indexpath, sizeof indexpath, "%s/quant_model_weights.safetensors.index.json", out);
+    for (size_t f = 0; !err && f < nf; f++) {
+        char buf[4200];
+        if (nf == 1) snprintf(buf, sizeof buf, "%s/quant_model_weights.safetensors", out);
+        else snprintf(buf, sizeof buf, "%s/quant_model_weights-%05zu-of-%05zu.safetensors", out, f + 1, nf);
+        names[f] = strdup(buf);
+        if (!names[f] || check_output(names[f], ids, nin, force)) err = 1;
+    }
+    if (!err && (check_output(descpath, ids, nin, force) ||
+                 (nf > 1 && check_output(indexpath, ids, nin, force))))
+        err = 1;
+
+    progress pg = {!quiet && isatty(STDERR_FILENO), 0, 0, 0};
+    for (size_t i = 0; i < qk_st_set_count(set); i++) {
+        qk_st_info t;
+        qk_st_set_info_at(set, i, &t);
+        pg.total += t.nbytes;
+    }
+    json_object_set_new(desc, "model_quant_type", json_string("W8A8_MXFP8"));
+    json_object_set_new(desc, "version", json_string("1.0.0"));
+    json_object_set_new(desc, "group_size", json_integer(QK_MX_BLOCK));
+    json_object_set_new(desc, "metadata",
+                        json_pack("{s:s, s:s, s:s}", "producer", "qk quantize", "scale_rule",
+                                  opt.scale_rule == QK_MX_SCALE_FLOOR ? "floor" : "rceil", "round",
+                                  opt.round == QK_ROUND_NEAREST_AWAY ? "away" : "even"));
+    json_object_set_new(desc, "optional", json_object());
+    size_t nq = 0, nkept = 0;
+    uint64_t out_total = 0;
+    for (size_t f = 0; !err && f < nf; f++) {
+        const qk_st_file *file = qk_st_set_file(set, f);
+        qk_st_writer *w = NULL;
+        if (qk_st_writer_create(names[f], force ? QK_ST_WRITE_REPLACE : 0, &w) != QK_OK) {
+            fprintf(stderr, "qk quantize: %s\n", qk_last_error());
+            err = 1;
+            break;
+        }
+        for (size_t m = 0; m < qk_st_metadata_count(file); m++) {
+            const char *k, *v;
+            qk_st_metadata_at(file, m, &k, &v);
+            qk_st_writer_set_metadata(w, k, v);
+        }
+        qk_st_writer_set_metadata(w, "quantized_by", "qk quantize (W8A8_MXFP8)");
+        const char *base = strrchr(names[f], '/') + 1;
+        /* declare */
+        for (size_t i = 0; !err && i < qk_st_count(file); i++) {
+            qk_st_info t;
+            qk_st_info_at(file, i, &t);
+            qk_status st;
+            if (selected(&sel, &t)) {
+                char sn[2048];
+                snprintf(sn, sizeof sn, "%.*s_scale", (int)strlen(t.name), t.name);
+                int64_t ss[2] = {t.shape[0], (t.shape[1] + QK_MX_BLOCK - 1) / QK_MX_BLOCK};
+                st = qk_st_writer_declare(w, t.name, "F8_E4M3", 2, t.shape, NULL);
+                if (st == QK_OK) st = qk_st_writer_declare(w, sn, "U8", 2, ss, NULL);
+                json_object_set_new(desc, t.name, json_string("W8A8_MXFP8"));
+                json_object_set_new(desc, sn, json_string("W8A8_MXFP8"));
+                json_object_set_new(wmap, t.name, json_string(base));
+                json_object_set_new(wmap, sn, json_string(base));
+                out_total += (uint64_t)(t.shape[0] * t.shape[1] + ss[0] * ss[1]);
+            } else {
+                bool to_f32 = ends_with(t.name, ".bias") &&
+                              (t.dtype == QK_DTYPE_BF16 || t.dtype == QK_DTYPE_F16);
+                st = qk_st_writer_declare(w, t.name, to_f32 ? "F32" : t.dtype_name, t.ndim, t.shape, NULL);
+                json_object_set_new(desc, t.name, json_string("FLOAT"));
+                json_object_set_new(wmap, t.name, json_string(base));
+                out_total += to_f32 ? t.nbytes * 2 : t.nbytes;
+            }
+            if (st != QK_OK) {
+                fprintf(stderr, "qk quantize: %s\n", qk_last_error());
+                err = 1;
+            }
+        }
+        /* stream */
+        for (size_t i = 0; !err && i < qk_st_count(file); i++) {
+            qk_st_info t;
+            qk_st_info_at(file, i, &t);
+            progress_show(&pg, t.name, false);
+            if (selected(&sel, &t)) {
+                char sn[2048];
+                snprintf(sn, sizeof sn, "%s_scale", t.name);
+                err = quantize_tensor(&t, sn, w, &opt, &pg);
+                nq++;
+            } else {
+                bool to_f32 = ends_with(t.name, ".bias") &&
+                              (t.dtype == QK_DTYPE_BF16 || t.dtype == QK_DTYPE_F16);
+                err = copy_tensor(&t, to_f32, w, &pg);
+                nkept++;
+            }
+            qk_st_release_pages(file, &t);
+        }
+        if (!err && qk_st_writer_commit(w) != QK_OK) {
+            fprintf(stderr, "%sqk quantize: %s\n", pg.on ? "\n" : "", qk_last_error());
+            err = 1;
+        }
+        qk_st_writer_destroy(w);
+    }
+    if (!err && nf > 1) {
+        json_t *idx = json_pack("{s:{s:I}, s:O}", "metadata", "total_size", (json_int_t)out_total,
+                                "weight_map", wmap);
+        char *text = idx ? json_dumps(idx, JSON_INDENT(2)) : NULL;
+        if (!text || qk_write_file_atomic(indexpath, text, strlen(text), force ? QK_ST_WRITE_REPLACE : 0) != QK_OK) {
+            fprintf(stderr, "qk quantize: %s\n", text ? qk_last_error() : "cannot encode the index");
+            err = 1;
+        }
+        free(text);
+        json_decref(idx);
+    }
+    if (!err) {
+        char *text = json_dumps(desc, JSON_INDENT(2));
+        if (!text || qk_write_file_atomic(descpath, text, strlen(text), force ? QK_ST_WRITE_REPLACE : 0) != QK_OK) {
+            fprintf(stderr, "qk quantize: %s\n", text ? qk_last_error() : "cannot encode the description");
+            err = 1;
+        }
+        free(text);
+    }
+    if (pg.on) {
+        if (!err) pg.done = pg.total;
+        progress_show(&pg, err ? "failed" : "done", true);
+        fputc('\n', stderr);
+    }
+    if (!err)
+        printf("qk quantize: %zu linear weights quantized to W8A8_MXFP8 (scale rule %s, round %s), "
+               "%zu tensors kept FLOAT; wrote %s (%zu file%s)\n", nq,
+               opt.scale_rule == QK_MX_SCALE_FLOOR ? "floor" : "rceil",
+               opt.round == QK_ROUND_NEAREST_AWAY ? "away" : "even", nkept, out, nf, nf == 1 ? "" : "s");
+    rc = err ? 1 : 0;
+    for (size_t f = 0; names && f < nf; f++) free(names[f]);
+    free(names);
+    free(ids);
+    json_decref(desc);
+    json_decref(wmap);
+    qk_st_set_close(set);
+done:
+    for (int i = 0; i < sel.ninc; i++) regfree(&sel.inc[i]);
+    for (int i = 0; i < sel.nexc; i++) regfree(&sel.exc[i]);
+    free(sel.inc);
+    free(sel.exc);
+    return rc;
+}
