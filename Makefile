@@ -52,6 +52,7 @@ test: pydeps
 	done; done
 	$(MAKE) build
 	ctest --test-dir build --output-on-failure -j $(JOBS)
+	tests/install/check_install.sh build
 	QK_BUILD=$(CURDIR)/build python3 -m pytest -q tests/python
 	@echo "make test: all configurations passed"
 
