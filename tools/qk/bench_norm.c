@@ -381,7 +381,7 @@ static void print_spread(const bench *bn, const char *name, const run_result *r)
 
 static void print_op_table(const bench *bn, int o)
 {
-    char spec[256] = "l4 r4 r6 r8 l5 r7", buf[64];
+    char spec[256] = "l4 r4 r6 r8 l5 r8", buf[64];
     const char *titles[QKB_MAX_COLS] = {"dt", "rows", "hidden", "bytes", "res", "copyGB/s"};
     int nt = 6;
     for (int p = 0; p < bn->np && nt + 2 < QKB_MAX_COLS - 3; p++) {
@@ -396,7 +396,9 @@ static void print_op_table(const bench *bn, int o)
     qkb_table t;
     qkb_table_init(&t, spec);
     printf("\n%s  (p50 per call; frac = bytes moved / p50 / copy bandwidth of the same "
-           "footprint; vs comp = composite / staged)\n", qk_norm_op_name(op_kind[o]));
+           "footprint; vs comp = composite / staged)\n(copy: best of 1 thread, all threads and, "
+           "for DRAM, non-temporal stores (nt); res: cache- or DRAM-resident inputs)\n",
+           qk_norm_op_name(op_kind[o]));
     qkb_table_header(&t, titles);
     for (int i = 0; i < bn->ncells; i++) {
         const cell *c = &bn->cells[i];
@@ -405,7 +407,7 @@ static void print_op_table(const bench *bn, int o)
         qkb_table_cell(&t, "%lld", (long long)c->H);
         qkb_table_cell(&t, "%s", qkb_fmt_bytes(buf, sizeof buf, (double)c->bytes[o]));
         qkb_table_cell(&t, "%s", qkb_residency_name(c->res[o]));
-        qkb_table_cell(&t, "%.1f", c->copy[o].gbps);
+        qkb_table_cell(&t, "%.1f%s", c->copy[o].gbps, c->copy[o].nt ? "nt" : "");
         for (int p = 0; p < bn->np; p++) {
             time_cell(&t, &c->prov[o][p]);
             qkb_table_cell(&t, "%.2f", c->prov[o][p].fraction);
