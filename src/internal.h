@@ -186,6 +186,10 @@ struct qk_mx_weight {
     void *layout;
     size_t layout_bytes;
 };
+/* qk_mx_weight_create with a given provider (the public call passes its target's; tests
+   prepare one weight per provider). The weight remembers impl and runs with it. */
+QK_HIDDEN qk_status qk_mx_weight_create_with(const qk_linear_impl *impl, const qk_tensor *q,
+                                             const qk_tensor *scale, qk_mx_weight **w);
 
 /* ---- provider op sets and build-target tables ---- */
 typedef struct qk_ops {

@@ -2,6 +2,7 @@
 #include "internal.h"
 #include "ref/ref.h"
 #include "ref/mx_ref.h"
+#include "ref/linear_ref.h"
 
 #define REF_NORM {"ref", qk_norm_ref, 1 << 20}
 
@@ -13,6 +14,6 @@ const qk_provider_set qk_provider_ref = {
         .mx_quantize = {"ref", qk_mx_quantize_row_ref},
         .mx_dequantize = {"ref", qk_mx_dequantize_row_ref},
         .mx_pack_scale_pairs = "ref",
-        .mxfp8_linear = NULL,
+        .mxfp8_linear = &qk_linear_ref,
     },
 };

@@ -2,6 +2,7 @@
 #include "internal.h"
 #include "ref/ref.h"
 #include "ref/mx_ref.h"
+#include "ref/linear_ref.h"
 
 #define NORM_REF {"ref", qk_norm_ref, 256 << 10}
 
@@ -13,6 +14,6 @@ const qk_target_table qk_target_table_built = {
         .mx_quantize = {"ref", qk_mx_quantize_row_ref},   /* mx ops: ref, the only provider in this target */
         .mx_dequantize = {"ref", qk_mx_dequantize_row_ref},
         .mx_pack_scale_pairs = "ref",
-        .mxfp8_linear = NULL,
+        .mxfp8_linear = &qk_linear_ref,   /* the only provider here */
     },
 };

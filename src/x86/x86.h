@@ -6,9 +6,11 @@
 
 #ifdef QK_HAVE_AVX2
 QK_HIDDEN void qk_norm_avx2(const qk_norm_call *c, int64_t begin, int64_t end);
+QK_HIDDEN extern const qk_linear_impl qk_linear_avx2;     /* mxfp8_linear, f32 FMA */
 #endif
 #ifdef QK_HAVE_AVX512
 QK_HIDDEN void qk_norm_avx512(const qk_norm_call *c, int64_t begin, int64_t end);
+QK_HIDDEN extern const qk_linear_impl qk_linear_avx512;   /* mxfp8_linear, vdpbf16ps */
 #endif
 
 #endif

@@ -13,6 +13,6 @@ const qk_provider_set qk_provider_avx512 = {
         .mx_quantize = {NULL, NULL},
         .mx_dequantize = {NULL, NULL},
         .mx_pack_scale_pairs = NULL,
-        .mxfp8_linear = NULL,
+        .mxfp8_linear = &qk_linear_avx512,
     },
 };

@@ -1,0 +1,165 @@
+/* Reference MXFP8 W8A8 linear: mxfp8.md's formula as written. x is quantized per row with
+ * the reference quantizer; each block's 32 products (exact in f32) are summed in f32, the
+ * block sum is scaled by 2^(sx + sw - 254) with one rounding (ldexpf), and the scaled block
+ * sums are added in groups of 16 blocks, so that every output's f32 summation depth stays
+ * at most 32 + 16 + kb/16 (well inside the spec's 2^-16 relative bound). */
+#include "ref/linear_ref.h"
+
+#include "ref/mx_ref.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#define GROUP_BLOCKS 16
+
+void *qk_linear_alloc(size_t bytes)
+{
+    if (bytes == 0) bytes = 64;
+    return aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+}
+
+void qk_linear_free(void *p) { free(p); }
+
+static int64_t round_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
+
+struct act_job {
+    const qk_linear_call *c;
+    qk_mx_quantize_row_fn quant;
+    const qk_linear_act *a;
+};
+
+static void act_range(const void *ctx, int64_t begin, int64_t end)
+{
+    const struct act_job *j = (const struct act_job *)ctx;
+    const qk_linear_call *c = j->c;
+    const qk_linear_act *a = j->a;
+    qk_mx_options opt = qk_mx_options_default();
+    for (int64_t m = begin; m < end; m++) {
+        uint8_t *q = a->q + m * a->qstride, *s = a->scale + m * a->sstride;
+        j->quant(c->x + qk_rows_offset(&c->xr, m), c->xdt, c->K, &opt, q, s);
+        memset(q + c->K, 0, (size_t)(a->qstride - c->K));
+        memset(s + a->kb, 0, (size_t)(a->sstride - a->kb));
+    }
+}
+
+qk_status qk_linear_act_quantize(const qk_linear_call *c, qk_mx_quantize_row_fn quant,
+                                 int64_t qalign, int64_t salign, qk_linear_act *a)
+{
+    memset(a, 0, sizeof *a);
+    a->M = c->M;
+    a->K = c->K;
+    a->kb = (c->K + QK_MX_BLOCK - 1) / QK_MX_BLOCK;
+    a->qstride = round_up(c->K, qalign);
+    a->sstride = round_up(a->kb, salign);
+    size_t qbytes = (size_t)round_up(a->M * a->qstride, 64);
+    a->mem = qk_linear_alloc(qbytes + (size_t)(a->M * a->sstride));
+    if (!a->mem) return QK_ERR_NOMEM;
+    a->q = (uint8_t *)a->mem;
+    a->scale = a->q + qbytes;
+    struct act_job j = {c, quant ? quant : qk_mx_quantize_row_ref, a};
+    qk_parallel_for(c->M, c->K * (int64_t)qk_dtype_size(c->xdt), 64 << 10, act_range, &j);
+    return QK_OK;
+}
+
+void qk_linear_act_free(qk_linear_act *a)
+{
+    qk_linear_free(a->mem);
+    a->mem = NULL;
+}
+
+/* ---- the reference provider ---- */
+typedef struct ref_layout {
+    uint8_t *q;       /* [N, K] */
+    uint8_t *scale;   /* [N, kb] */
+} ref_layout;
+
+static qk_status ref_prepare(qk_mx_weight *w, const uint8_t *q, int64_t qs, const uint8_t *scale,
+                             int64_t ss)
+{
+    size_t qb = (size_t)(w->N * w->K), sb = (size_t)(w->N * w->kb);
+    ref_layout *l = (ref_layout *)malloc(sizeof *l);
+    uint8_t *mem = (uint8_t *)qk_linear_alloc(qb + sb);
+    if (!l || !mem) {
+        free(l);
+        qk_linear_free(mem);
+        return QK_ERR_NOMEM;
+    }
+    l->q = mem;
+    l->scale = mem + qb;
+    for (int64_t n = 0; n < w->N; n++) {
+        memcpy(l->q + n * w->K, q + n * qs, (size_t)w->K);
+        memcpy(l->scale + n * w->kb, scale + n * ss, (size_t)w->kb);
+    }
+    w->layout = l;
+    w->layout_bytes = qb + sb;
+    return QK_OK;
+}
+
+static void ref_release(qk_mx_weight *w)
+{
+    ref_layout *l = (ref_layout *)w->layout;
+    if (l) qk_linear_free(l->q);
+    free(l);
+    w->layout = NULL;
+}
+
+struct ref_job {
+    const qk_linear_call *c;
+    const qk_linear_act *a;
+    const ref_layout *l;
+    float dec[256];
+};
+
+static void ref_range(const void *ctx, int64_t n0, int64_t n1)
+{
+    const struct ref_job *j = (const struct ref_job *)ctx;
+    const qk_linear_call *c = j->c;
+    const qk_linear_act *a = j->a;
+    const int64_t K = c->K, kb = a->kb;
+    for (int64_t m = 0; m < c->M; m++) {
+        const uint8_t *qx = a->q + m * a->qstride, *sx = a->scale + m * a->sstride;
+        char *orow = c->out + qk_rows_offset(&c->outr, m);
+        for (int64_t n = n0; n < n1; n++) {
+            const uint8_t *qw = j->l->q + n * K, *sw = j->l->scale + n * kb;
+            float total = 0.0f, group = 0.0f;
+            for (int64_t b = 0; b < kb; b++) {
+                int64_t k0 = b * QK_MX_BLOCK, k1 = k0 + QK_MX_BLOCK < K ? k0 + QK_MX_BLOCK : K;
+                float s = 0.0f;
+                for (int64_t k = k0; k < k1; k++) s += j->dec[qx[k]] * j->dec[qw[k]];
+                /* 2^(sx-127) * 2^(sw-127) applied with one rounding; a NaN scale is NaN */
+                float term = (sx[b] == 0xFF || sw[b] == 0xFF)
+                                 ? NAN : ldexpf(s, (int)sx[b] + (int)sw[b] - 254);
+                group += term;
+                if ((b + 1) % GROUP_BLOCKS == 0) {
+                    total += group;
+                    group = 0.0f;
+                }
+            }
+            total += group;
+            if (c->bias) total += c->bias[n];
+            qk_store_f32(orow, c->odt, n, total);
+        }
+    }
+}
+
+static qk_status ref_run(const qk_linear_call *c)
+{
+    qk_linear_act a;
+    qk_status st = qk_linear_act_quantize(c, qk_mx_quantize_row_ref, 1, 1, &a);
+    if (st) return st;
+    struct ref_job *j = (struct ref_job *)malloc(sizeof *j);
+    if (!j) {
+        qk_linear_act_free(&a);
+        return QK_ERR_NOMEM;
+    }
+    j->c = c;
+    j->a = &a;
+    j->l = (const ref_layout *)c->w->layout;
+    for (int i = 0; i < 256; i++) j->dec[i] = qk_e4m3_to_f32((uint8_t)i);
+    qk_parallel_for(c->N, c->M * c->K, 1 << 18, ref_range, j);
+    free(j);
+    qk_linear_act_free(&a);
+    return QK_OK;
+}
+
+const qk_linear_impl qk_linear_ref = {"ref", ref_prepare, ref_release, ref_run};

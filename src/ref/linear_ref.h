@@ -1,0 +1,32 @@
+/* Reference MXFP8 W8A8 linear (mxfp8.md, "The W8A8 linear"): the formula in portable C,
+ * plus the pieces every provider shares: the activation quantizer a provider uses and
+ * the per-call activation buffer (codes and scales of x, quantized per row). */
+#ifndef QK_LINEAR_REF_H
+#define QK_LINEAR_REF_H
+
+#include "internal.h"
+
+/* The reference provider: prepared layout = q [N, K] and scale [N, kb], contiguous. */
+QK_HIDDEN extern const qk_linear_impl qk_linear_ref;
+
+/* x's rows quantized for one call, bit for bit as qk_mx_quantize with default options
+   (E4M3, FLOOR, NEAREST_EVEN): row m's codes at q + m*qstride (K real codes, then zeros
+   up to qstride), its kb scale bytes at scale + m*sstride (then zeros up to sstride). */
+typedef struct qk_linear_act {
+    int64_t M, K, kb, qstride, sstride;
+    uint8_t *q, *scale;
+    void *mem;
+} qk_linear_act;
+
+/* Quantizes every row of c's x with quant (a qk_mx_quantize_row_fn of the provider's
+   set, or the reference one when NULL), rows split over threads. Strides are rounded up
+   to multiples of qalign / salign (powers of two, >= 1). QK_ERR_NOMEM on failure. */
+QK_HIDDEN qk_status qk_linear_act_quantize(const qk_linear_call *c, qk_mx_quantize_row_fn quant,
+                                           int64_t qalign, int64_t salign, qk_linear_act *a);
+QK_HIDDEN void qk_linear_act_free(qk_linear_act *a);
+
+/* 64-byte aligned allocation (NULL on failure) and its release. */
+QK_HIDDEN void *qk_linear_alloc(size_t bytes);
+QK_HIDDEN void qk_linear_free(void *p);
+
+#endif

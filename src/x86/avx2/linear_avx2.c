@@ -1,0 +1,221 @@
+/* AVX2 + FMA MXFP8 W8A8 linear: mxfp8_linear_avx2_f32fma.
+ *
+ * Prepared weight (about 1.03 bytes per element): tiles of 8 rows (one f32 lane per row);
+ * per tile, super-blocks of 4 blocks (128 K): 32 bytes of scales (block i's 8 row scales at
+ * 8i) then 4 x 256 bytes of codes, k-major (byte 8k + r is row r's element k). K is padded
+ * with zero codes to a multiple of 128 and N with zero rows to a multiple of 8.
+ *
+ * Decode: E4M3 -> f32 by shifts and a mask gives dec(w)·2^-120 exactly for every code
+ * (subnormal codes become f32 subnormals, which FMA reads exactly); x is decoded to f32
+ * dec(qx)·2^64, so every product is exact and normal. Each block is summed by FMA into a
+ * fresh accumulator, scaled by 2^(sx + sw - 254) (offsets folded in) in double and rounded
+ * once to f32, and added to a running sum flushed into the total every 16 blocks: summation
+ * depth below 32 + 16 + kb/16, inside mxfp8.md's 2^-16 bound. Rows are taken up to 4 at a
+ * time per pass over the weight; threads split tiles; no output depends on the split. */
+#include "internal.h"
+#include "ref/linear_ref.h"
+#include "ref/mx_ref.h"
+#include "x86/x86.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <stdlib.h>
+
+#define TILE 8
+#define SB_BLOCKS 4
+#define SB_BYTES (32 + SB_BLOCKS * 256)
+#define X_EXP 64
+#define PURE_EXP (-120)
+#define GROUP_BLOCKS 16
+#define MAX_M 4
+
+#define INLINE static inline __attribute__((always_inline))
+
+typedef struct avx2_layout {
+    int64_t tiles, kbp, tile_bytes;
+    uint8_t *codes;     /* [tiles][kbp / 4] super-blocks */
+} avx2_layout;
+
+static qk_status avx2_prepare(qk_mx_weight *w, const uint8_t *q, int64_t qs, const uint8_t *scale,
+                              int64_t ss)
+{
+    const int64_t N = w->N, K = w->K, kb = w->kb;
+    avx2_layout *l = (avx2_layout *)calloc(1, sizeof *l);
+    if (!l) return QK_ERR_NOMEM;
+    l->tiles = (N + TILE - 1) / TILE;
+    l->kbp = (kb + SB_BLOCKS - 1) / SB_BLOCKS * SB_BLOCKS;
+    l->tile_bytes = l->kbp / SB_BLOCKS * SB_BYTES;
+    size_t cb = (size_t)(l->tiles * l->tile_bytes);
+    l->codes = (uint8_t *)qk_linear_alloc(cb);
+    if (!l->codes) {
+        free(l);
+        return QK_ERR_NOMEM;
+    }
+    memset(l->codes, 0, cb);
+    for (int64_t n = 0; n < N; n++) {
+        uint8_t *tile = l->codes + (n / TILE) * l->tile_bytes;
+        const int64_t r = n % TILE;
+        for (int64_t b = 0; b < kb; b++) {
+            uint8_t *sb = tile + (b / SB_BLOCKS) * SB_BYTES;
+            const int64_t i = b % SB_BLOCKS;
+            sb[8 * i + r] = scale[n * ss + b];
+            uint8_t *blk = sb + 32 + i * 256;
+            const int64_t k0 = b * QK_MX_BLOCK, kn = K - k0 < QK_MX_BLOCK ? K - k0 : QK_MX_BLOCK;
+            for (int64_t kk = 0; kk < kn; kk++) blk[8 * kk + r] = q[n * qs + k0 + kk];
+        }
+    }
+    w->layout = l;
+    w->layout_bytes = cb;
+    return QK_OK;
+}
+
+static void avx2_release(qk_mx_weight *w)
+{
+    avx2_layout *l = (avx2_layout *)w->layout;
+    if (l) qk_linear_free(l->codes);
+    free(l);
+    w->layout = NULL;
+}
+
+/* 8 codes -> f32 dec(w)·2^-120 */
+INLINE __m256 dec8(const uint8_t *p, __m256i mask)
+{
+    __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    v = _mm256_srai_epi32(_mm256_slli_epi32(v, 24), 4);
+    return _mm256_castsi256_ps(_mm256_and_si256(v, mask));
+}
+
+/* b · 2^e, exact product rounded once to f32 (e may be far outside f32's range) */
+INLINE __m256 scale_block(__m256 b, __m256i e)
+{
+    __m256i bias = _mm256_set1_epi64x(1023);
+    __m256i elo = _mm256_cvtepi32_epi64(_mm256_castsi256_si128(e));
+    __m256i ehi = _mm256_cvtepi32_epi64(_mm256_extracti128_si256(e, 1));
+    __m256d slo = _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_add_epi64(elo, bias), 52));
+    __m256d shi = _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_add_epi64(ehi, bias), 52));
+    __m128 lo = _mm256_cvtpd_ps(_mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(b)), slo));
+    __m128 hi = _mm256_cvtpd_ps(_mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(b, 1)), shi));
+    return _mm256_insertf128_ps(_mm256_castps128_ps256(lo), hi, 1);
+}
+
+typedef struct avx2_job {
+    const qk_linear_call *c;
+    const avx2_layout *l;
+    const float *xt;        /* [M][kp] */
+    const int32_t *ex;      /* [M][kbp]: sx - 127 - X_EXP - 127 - PURE_EXP */
+    int64_t kp, m0;
+    int MM, TT;
+} avx2_job;
+
+static void store8(char *orow, qk_dtype odt, int64_t n0, int64_t valid, const float *bias,
+                   __m256 v)
+{
+    float t[8];
+    _mm256_storeu_ps(t, v);
+    const int64_t nv = valid < 8 ? valid : 8;
+    for (int64_t i = 0; i < nv; i++) {
+        float r = t[i] + (bias ? bias[n0 + i] : 0.0f);
+        qk_store_f32(orow, odt, n0 + i, r);
+    }
+}
+
+INLINE void avx2_tiles(const avx2_job *g, int64_t t0, const int MM, const int TT)
+{
+    const qk_linear_call *c = g->c;
+    const avx2_layout *l = g->l;
+    const __m256i mask = _mm256_set1_epi32((int)0x87F00000u);
+    __m256 acc[MAX_M][2];
+    float run[MAX_M][2][8], total[MAX_M][2][8];
+    memset(run, 0, sizeof run);
+    memset(total, 0, sizeof total);
+    const uint8_t *tile[2];
+    for (int t = 0; t < TT; t++) tile[t] = l->codes + (t0 + t) * l->tile_bytes;
+    for (int64_t j = 0; j < l->kbp; j++) {
+        const int64_t sbo = (j / SB_BLOCKS) * SB_BYTES, i = j % SB_BLOCKS;
+        for (int m = 0; m < MM; m++)
+            for (int t = 0; t < TT; t++) acc[m][t] = _mm256_setzero_ps();
+        const float *xj[MAX_M];
+        for (int m = 0; m < MM; m++) xj[m] = g->xt + (g->m0 + m) * g->kp + j * QK_MX_BLOCK;
+        for (int k = 0; k < QK_MX_BLOCK; k++) {
+            __m256 wv[2];
+            for (int t = 0; t < TT; t++) wv[t] = dec8(tile[t] + sbo + 32 + i * 256 + 8 * k, mask);
+            for (int m = 0; m < MM; m++) {
+                __m256 xb = _mm256_broadcast_ss(xj[m] + k);
+                for (int t = 0; t < TT; t++) acc[m][t] = _mm256_fmadd_ps(wv[t], xb, acc[m][t]);
+            }
+        }
+        for (int t = 0; t < TT; t++) {
+            __m256i sw = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(tile[t] + sbo + 8 * i)));
+            for (int m = 0; m < MM; m++) {
+                __m256i e = _mm256_add_epi32(sw, _mm256_set1_epi32(g->ex[(g->m0 + m) * l->kbp + j]));
+                __m256 r = _mm256_add_ps(_mm256_loadu_ps(run[m][t]), scale_block(acc[m][t], e));
+                _mm256_storeu_ps(run[m][t], r);
+            }
+        }
+        if (j % GROUP_BLOCKS == GROUP_BLOCKS - 1)
+            for (int m = 0; m < MM; m++)
+                for (int t = 0; t < TT; t++) {
+                    _mm256_storeu_ps(total[m][t], _mm256_add_ps(_mm256_loadu_ps(total[m][t]),
+                                                                _mm256_loadu_ps(run[m][t])));
+                    _mm256_storeu_ps(run[m][t], _mm256_setzero_ps());
+                }
+    }
+    for (int m = 0; m < MM; m++) {
+        char *orow = c->out + qk_rows_offset(&c->outr, g->m0 + m);
+        for (int t = 0; t < TT; t++) {
+            const int64_t n0 = (t0 + t) * TILE;
+            store8(orow, c->odt, n0, c->N - n0, c->bias,
+                   _mm256_add_ps(_mm256_loadu_ps(total[m][t]), _mm256_loadu_ps(run[m][t])));
+        }
+    }
+}
+
+static void avx2_range(const void *ctx, int64_t g0, int64_t g1)
+{
+    const avx2_job *g = (const avx2_job *)ctx;
+    for (int64_t grp = g0; grp < g1; grp++) {
+        const int64_t t0 = grp * g->TT;
+        const int tt = (int)(g->l->tiles - t0 < g->TT ? g->l->tiles - t0 : g->TT);
+#define AT(MMv, TTv) if (g->MM == MMv && tt == TTv) { avx2_tiles(g, t0, MMv, TTv); continue; }
+        AT(1, 1) AT(1, 2) AT(2, 1) AT(2, 2) AT(3, 1) AT(3, 2) AT(4, 1) AT(4, 2)
+#undef AT
+    }
+}
+
+static qk_status avx2_run(const qk_linear_call *c)
+{
+    const avx2_layout *l = (const avx2_layout *)c->w->layout;
+    const int64_t kp = l->kbp * QK_MX_BLOCK;
+    qk_mx_quantize_row_fn quant = qk_provider_avx2.ops.mx_quantize.fn;
+    qk_linear_act a;
+    qk_status st = qk_linear_act_quantize(c, quant, kp, l->kbp, &a);
+    if (st) return st;
+    float *xt = (float *)qk_linear_alloc((size_t)(c->M * kp) * sizeof(float));
+    int32_t *ex = (int32_t *)qk_linear_alloc((size_t)(c->M * l->kbp) * sizeof(int32_t));
+    if (!xt || !ex) {
+        qk_linear_free(xt);
+        qk_linear_free(ex);
+        qk_linear_act_free(&a);
+        return QK_ERR_NOMEM;
+    }
+    float tab[256];
+    for (int i = 0; i < 256; i++) tab[i] = ldexpf(qk_e4m3_to_f32((uint8_t)i), X_EXP);
+    for (int64_t m = 0; m < c->M; m++) {
+        const uint8_t *q = a.q + m * a.qstride, *s = a.scale + m * a.sstride;
+        for (int64_t k = 0; k < kp; k++) xt[m * kp + k] = tab[q[k]];
+        for (int64_t j = 0; j < l->kbp; j++)
+            ex[m * l->kbp + j] = (int32_t)s[j] - 127 - X_EXP - 127 - PURE_EXP;
+    }
+    for (int64_t m0 = 0; m0 < c->M; m0 += MAX_M) {
+        avx2_job g = {c, l, xt, ex, kp, m0, 0, 2};
+        g.MM = (int)(c->M - m0 < MAX_M ? c->M - m0 : MAX_M);
+        const int64_t groups = (l->tiles + g.TT - 1) / g.TT;
+        qk_parallel_for(groups, g.TT * l->tile_bytes, 128 << 10, avx2_range, &g);
+    }
+    qk_linear_free(xt);
+    qk_linear_free(ex);
+    qk_linear_act_free(&a);
+    return QK_OK;
+}
+
+const qk_linear_impl qk_linear_avx2 = {"avx2", avx2_prepare, avx2_release, avx2_run};

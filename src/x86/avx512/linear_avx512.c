@@ -1,0 +1,541 @@
+/* AVX-512 + AVX512-BF16 MXFP8 W8A8 linear: mxfp8_linear_avx512_bf16.
+ *
+ * Prepared weight (about 1.03 bytes per element): tiles of 16 rows (one f32 lane per row);
+ * per tile, super-blocks of 4 blocks (128 K): 64 bytes of scales (block i's 16 row scales
+ * at 16i) then 4 x 512 bytes of codes. A block's codes are 8 chunks of 64 bytes covering
+ * k0 = 4c .. 4c+3; row r holds bytes 4r..4r+3 = w[k0], w[k0+2], w[k0+1], w[k0+3], so that
+ * the low bytes of the 16-bit words are the dpbf16 pairs (k0, k0+1) of the 16 rows and the
+ * high bytes the pairs (k0+2, k0+3). K is padded with zero codes to a multiple of 128 and
+ * N with zero rows to a multiple of 16; the padding lives only here. A byte per
+ * (tile, block) flags blocks holding E4M3 subnormal codes.
+ *
+ * Decode: E4M3 -> BF16 by a shift and a mask gives dec(w)·2^-120 exactly for every code but
+ * the subnormals (their BF16 would be subnormal, which vdpbf16ps reads as zero); flagged
+ * blocks decode exactly with a small table instead (dec(w)·2^0). x is quantized per row by
+ * the provider set's quantizer and decoded to BF16 dec(qx)·2^64. Every product is then
+ * exact and normal in f32 (|x~ w~| in [2^-71, 2^82]), so vdpbf16ps loses nothing to its
+ * flushing; each block is summed into a fresh accumulator, scaled with one rounding by
+ * vscalefps (2^(sx + sw - 254) with the decode offsets folded in: no overflow or underflow
+ * on the way, whatever the scale bytes), and added to a running sum that is flushed into
+ * the total every 16 blocks (GEMV) or every k-chunk (GEMM): the f32 summation depth of an
+ * output stays below 32 + 16 + kb/8, inside mxfp8.md's 2^-16 relative bound.
+ *
+ * Paths: GEMV (M <= GEMV_MAX_M rows at a time): one pass over the weight per group of up
+ * to 4 rows, decoding in registers; GEMM: per thread, n-panels of 3 tiles decoded once per
+ * k-chunk into an L1-resident BF16 panel and reused by a 4 x 48 register tile over all M.
+ * Threads split tiles (and M for large M); no output depends on the split. */
+#include "internal.h"
+#include "ref/linear_ref.h"
+#include "ref/mx_ref.h"
+#include "x86/x86.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <stdlib.h>
+
+#define TILE 16
+#define SB_BLOCKS 4
+#define SB_BYTES (64 + SB_BLOCKS * 512)
+#define X_EXP 64                 /* x~ = dec(qx) · 2^X_EXP */
+#define PURE_EXP (-120)          /* pure-shift weight decode: dec(w) · 2^-120 */
+#define GROUP_BLOCKS 16          /* GEMV: blocks per running sum before the total */
+#define GEMV_MAX_M 4             /* GEMV handles up to this many rows per weight pass */
+#define MR 4                     /* GEMM register tile: MR rows x NB tiles */
+#define NB 3
+#define KCB 8                    /* GEMM k-chunk, in blocks */
+#define MC 128                   /* GEMM rows per work item */
+
+#define INLINE static inline __attribute__((always_inline))
+
+typedef struct avx512_layout {
+    int64_t tiles, kbp, tile_bytes;
+    uint8_t *codes;                /* [tiles][kbp / 4] super-blocks */
+    uint8_t *flags;                /* [tiles][kbp]: 1 = the block holds subnormal codes */
+} avx512_layout;
+
+/* ---- prepare ---- */
+static qk_status avx512_prepare(qk_mx_weight *w, const uint8_t *q, int64_t qs,
+                                const uint8_t *scale, int64_t ss)
+{
+    const int64_t N = w->N, K = w->K, kb = w->kb;
+    avx512_layout *l = (avx512_layout *)calloc(1, sizeof *l);
+    if (!l) return QK_ERR_NOMEM;
+    l->tiles = (N + TILE - 1) / TILE;
+    l->kbp = (kb + SB_BLOCKS - 1) / SB_BLOCKS * SB_BLOCKS;
+    l->tile_bytes = l->kbp / SB_BLOCKS * SB_BYTES;
+    size_t cb = (size_t)(l->tiles * l->tile_bytes), fb = (size_t)(l->tiles * l->kbp);
+    l->codes = (uint8_t *)qk_linear_alloc(cb + fb);
+    if (!l->codes) {
+        free(l);
+        return QK_ERR_NOMEM;
+    }
+    memset(l->codes, 0, cb + fb);
+    l->flags = l->codes + cb;
+    for (int64_t n = 0; n < N; n++) {
+        const int64_t t = n / TILE, r = n % TILE;
+        uint8_t *tile = l->codes + t * l->tile_bytes;
+        for (int64_t b = 0; b < kb; b++) {
+            uint8_t *sb = tile + (b / SB_BLOCKS) * SB_BYTES;
+            const int64_t i = b % SB_BLOCKS;
+            sb[16 * i + r] = scale[n * ss + b];
+            uint8_t *blk = sb + 64 + i * 512;
+            const int64_t k0 = b * QK_MX_BLOCK, kn = K - k0 < QK_MX_BLOCK ? K - k0 : QK_MX_BLOCK;
+            for (int64_t kk = 0; kk < kn; kk++) {
+                const uint8_t code = q[n * qs + k0 + kk];
+                const int64_t o = kk % 4, pos = ((o & 1) << 1) | (o >> 1);
+                blk[(kk / 4) * 64 + 4 * r + pos] = code;
+                if ((code & 0x78) == 0 && (code & 0x07) != 0) l->flags[t * l->kbp + b] = 1;
+            }
+        }
+    }
+    w->layout = l;
+    w->layout_bytes = cb + fb;
+    return QK_OK;
+}
+
+static void avx512_release(qk_mx_weight *w)
+{
+    avx512_layout *l = (avx512_layout *)w->layout;
+    if (l) qk_linear_free(l->codes);
+    free(l);
+    w->layout = NULL;
+}
+
+/* ---- decode ---- */
+/* The 16-bit words of v hold two codes; these give BF16 of the high / low byte's code. */
+INLINE __m512i dec_hi_pure(__m512i v, __m512i m87f0)
+{
+    return _mm512_and_si512(_mm512_srai_epi16(v, 4), m87f0);
+}
+INLINE __m512i dec_lo_pure(__m512i v, __m512i m87f0)
+{
+    return _mm512_and_si512(_mm512_srai_epi16(_mm512_slli_epi16(v, 8), 4), m87f0);
+}
+/* exact: normal codes get 120 added to the exponent, subnormal codes m·2^-9 from sub[m] */
+INLINE __m512i dec_hi_exact(__m512i v, __m512i m87f0, __m512i sub)
+{
+    __m512i p = dec_hi_pure(v, m87f0);
+    __mmask32 normal = _mm512_test_epi16_mask(v, _mm512_set1_epi16(0x7800));
+    __m512i s = _mm512_or_si512(_mm512_permutexvar_epi16(_mm512_srli_epi16(v, 8), sub),
+                                _mm512_and_si512(v, _mm512_set1_epi16((short)0x8000)));
+    return _mm512_mask_add_epi16(s, normal, p, _mm512_set1_epi16(0x3C00));
+}
+INLINE __m512i dec_lo_exact(__m512i v, __m512i m87f0, __m512i sub)
+{
+    __m512i p = dec_lo_pure(v, m87f0);
+    __mmask32 normal = _mm512_test_epi16_mask(v, _mm512_set1_epi16(0x0078));
+    __m512i s = _mm512_or_si512(_mm512_permutexvar_epi16(v, sub),
+                                _mm512_and_si512(_mm512_slli_epi16(v, 8),
+                                                 _mm512_set1_epi16((short)0x8000)));
+    return _mm512_mask_add_epi16(s, normal, p, _mm512_set1_epi16(0x3C00));
+}
+
+/* BF16 bits of m·2^-9 at index m (0..7) */
+static __m512i subnormal_table(void)
+{
+    uint16_t t[32] = {0};
+    for (int m = 0; m < 8; m++) t[m] = qk_f32_to_bf16(ldexpf((float)m, -9));
+    return _mm512_loadu_si512(t);
+}
+
+/* Weight scale exponents of a tile-block as f32 lanes, decode offset folded in. */
+INLINE __m512 weight_exp(const uint8_t *scales16, int exact)
+{
+    __m512i s = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)scales16));
+    return _mm512_cvtepi32_ps(_mm512_add_epi32(s, _mm512_set1_epi32(exact ? -127 : -127 - PURE_EXP)));
+}
+
+INLINE __m512bh as_bh(__m512i v) { return (__m512bh)v; }
+
+INLINE __m512 bcast_pair(const uint16_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_castsi512_ps(_mm512_set1_epi32(v));
+}
+INLINE __m512 dp(__m512 acc, __m512i w, __m512 x) { return _mm512_dpbf16_ps(acc, as_bh(w), (__m512bh)x); }
+
+/* ---- output ---- */
+static void store16(char *orow, qk_dtype odt, int64_t n0, int64_t valid, const float *bias,
+                    __m512 v)
+{
+    const __mmask16 k = valid >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << valid) - 1u);
+    if (bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(k, bias + n0));
+    if (odt == QK_DTYPE_F32) {
+        _mm512_mask_storeu_ps((float *)orow + n0, k, v);
+    } else if (odt == QK_DTYPE_BF16) {
+        __m512i u = _mm512_castps_si512(v);
+        __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+        __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
+        __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+        r = _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x400000));
+        _mm256_mask_storeu_epi16((uint16_t *)orow + n0, k,
+                                 _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16)));
+    } else {
+        _mm256_mask_storeu_epi16((uint16_t *)orow + n0, k,
+                                 _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+}
+
+/* ---- the call's activations: x~ rows [M][kp] BF16 and exponents [M][kbp] f32 ---- */
+typedef struct act512 {
+    qk_linear_act a;
+    uint16_t *xt;     /* [M][kp] */
+    float *ex;        /* [M][kbp]: sx - 127 - X_EXP */
+    int64_t kp, kbp;
+} act512;
+
+static void act_decode_range(const void *ctx, int64_t m0, int64_t m1)
+{
+    const act512 *x = (const act512 *)ctx;
+    uint16_t tab[128];
+    for (int i = 0; i < 128; i++)
+        tab[i] = qk_f32_to_bf16(ldexpf(qk_e4m3_to_f32((uint8_t)i), X_EXP));
+    const __m512i t0 = _mm512_loadu_si512(tab), t1 = _mm512_loadu_si512(tab + 32);
+    const __m512i t2 = _mm512_loadu_si512(tab + 64), t3 = _mm512_loadu_si512(tab + 96);
+    for (int64_t m = m0; m < m1; m++) {
+        const uint8_t *q = x->a.q + m * x->a.qstride;
+        uint16_t *o = x->xt + m * x->kp;
+        for (int64_t k = 0; k < x->kp; k += 32) {
+            __m512i i = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(q + k)));
+            __m512i lo = _mm512_permutex2var_epi16(t0, i, t1);
+            __m512i hi = _mm512_permutex2var_epi16(t2, i, t3);
+            __m512i mag = _mm512_mask_blend_epi16(
+                _mm512_test_epi16_mask(i, _mm512_set1_epi16(0x40)), lo, hi);
+            __m512i sign = _mm512_slli_epi16(_mm512_and_si512(i, _mm512_set1_epi16(0x80)), 8);
+            _mm512_storeu_si512(o + k, _mm512_or_si512(mag, sign));
+        }
+        const uint8_t *s = x->a.scale + m * x->a.sstride;
+        float *e = x->ex + m * x->kbp;
+        for (int64_t j = 0; j < x->kbp; j++) e[j] = (float)((int)s[j] - 127 - X_EXP);
+    }
+}
+
+static qk_status act512_make(const qk_linear_call *c, int64_t kbp, act512 *x)
+{
+    qk_mx_quantize_row_fn quant = qk_provider_avx512.ops.mx_quantize.fn;
+    memset(x, 0, sizeof *x);
+    x->kbp = kbp;
+    x->kp = kbp * QK_MX_BLOCK;
+    qk_status st = qk_linear_act_quantize(c, quant, x->kp, kbp, &x->a);
+    if (st) return st;
+    x->xt = (uint16_t *)qk_linear_alloc((size_t)(c->M * x->kp) * 2);
+    x->ex = (float *)qk_linear_alloc((size_t)(c->M * kbp) * 4);
+    if (!x->xt || !x->ex) {
+        qk_linear_free(x->xt);
+        qk_linear_free(x->ex);
+        qk_linear_act_free(&x->a);
+        return QK_ERR_NOMEM;
+    }
+    qk_parallel_for(c->M, x->kp * 3, 256 << 10, act_decode_range, x);
+    return QK_OK;
+}
+
+static void act512_free(act512 *x)
+{
+    qk_linear_free(x->xt);
+    qk_linear_free(x->ex);
+    qk_linear_act_free(&x->a);
+}
+
+/* ---- GEMV: MM rows, TT tiles at once, A accumulators per (row, tile) ---- */
+typedef struct gemv_job {
+    const qk_linear_call *c;
+    const avx512_layout *l;
+    const act512 *x;
+    int64_t m0;
+    int MM, TT;
+} gemv_job;
+
+INLINE void gemv_block(const int MM, const int TT, const int A, const int exact,
+                       __m512 acc[GEMV_MAX_M][4][2], const uint8_t *const blk[4],
+                       const uint16_t *const xj[GEMV_MAX_M], __m512i m87f0, __m512i sub)
+{
+    for (int c = 0; c < 8; c++) {
+        __m512i lo[4], hi[4];
+        for (int t = 0; t < TT; t++) {
+            __m512i v = _mm512_loadu_si512(blk[t] + 64 * c);
+            lo[t] = exact ? dec_lo_exact(v, m87f0, sub) : dec_lo_pure(v, m87f0);
+            hi[t] = exact ? dec_hi_exact(v, m87f0, sub) : dec_hi_pure(v, m87f0);
+        }
+        for (int m = 0; m < MM; m++) {
+            __m512 xa = bcast_pair(xj[m] + 4 * c), xb = bcast_pair(xj[m] + 4 * c + 2);
+            for (int t = 0; t < TT; t++) acc[m][t][c % A] = dp(acc[m][t][c % A], lo[t], xa);
+            for (int t = 0; t < TT; t++) acc[m][t][c % A] = dp(acc[m][t][c % A], hi[t], xb);
+        }
+    }
+}
+
+INLINE void gemv_tiles(const gemv_job *g, int64_t t0, const int MM, const int TT, const int A)
+{
+    const qk_linear_call *c = g->c;
+    const avx512_layout *l = g->l;
+    const act512 *x = g->x;
+    const __m512i m87f0 = _mm512_set1_epi16((short)0x87F0), sub = subnormal_table();
+    __m512 acc[GEMV_MAX_M][4][2], run[GEMV_MAX_M][4];
+    float total[GEMV_MAX_M][4][16];
+    for (int m = 0; m < MM; m++)
+        for (int t = 0; t < TT; t++) {
+            for (int a = 0; a < A; a++) acc[m][t][a] = _mm512_setzero_ps();
+            run[m][t] = _mm512_setzero_ps();
+            _mm512_storeu_ps(total[m][t], _mm512_setzero_ps());
+        }
+    const uint8_t *tile[4], *flags[4];
+    for (int t = 0; t < TT; t++) {
+        tile[t] = l->codes + (t0 + t) * l->tile_bytes;
+        flags[t] = l->flags + (t0 + t) * l->kbp;
+    }
+    const float *ex[GEMV_MAX_M];
+    for (int m = 0; m < MM; m++) ex[m] = x->ex + (g->m0 + m) * x->kbp;
+    for (int64_t j = 0; j < l->kbp; j++) {
+        const int64_t sbo = (j / SB_BLOCKS) * SB_BYTES, i = j % SB_BLOCKS;
+        const uint8_t *blk[4];
+        int exact = 0;
+        for (int t = 0; t < TT; t++) {
+            blk[t] = tile[t] + sbo + 64 + i * 512;
+            exact |= flags[t][j];
+        }
+        const uint16_t *xj[GEMV_MAX_M];
+        for (int m = 0; m < MM; m++) xj[m] = x->xt + (g->m0 + m) * x->kp + j * QK_MX_BLOCK;
+        if (exact) gemv_block(MM, TT, A, 1, acc, blk, xj, m87f0, sub);
+        else gemv_block(MM, TT, A, 0, acc, blk, xj, m87f0, sub);
+        for (int t = 0; t < TT; t++) {
+            __m512 ew = weight_exp(tile[t] + sbo + 16 * i, exact);
+            for (int m = 0; m < MM; m++) {
+                __m512 b = acc[m][t][0];
+                for (int a = 1; a < A; a++) b = _mm512_add_ps(b, acc[m][t][a]);
+                __m512 e = _mm512_add_ps(ew, _mm512_set1_ps(ex[m][j]));
+                run[m][t] = _mm512_add_ps(run[m][t], _mm512_scalef_ps(b, e));
+                for (int a = 0; a < A; a++) acc[m][t][a] = _mm512_setzero_ps();
+            }
+        }
+        if (j % GROUP_BLOCKS == GROUP_BLOCKS - 1)
+            for (int m = 0; m < MM; m++)
+                for (int t = 0; t < TT; t++) {
+                    _mm512_storeu_ps(total[m][t],
+                                     _mm512_add_ps(_mm512_loadu_ps(total[m][t]), run[m][t]));
+                    run[m][t] = _mm512_setzero_ps();
+                }
+    }
+    for (int m = 0; m < MM; m++) {
+        char *orow = c->out + qk_rows_offset(&c->outr, g->m0 + m);
+        for (int t = 0; t < TT; t++) {
+            const int64_t n0 = (t0 + t) * TILE;
+            __m512 v = _mm512_add_ps(_mm512_loadu_ps(total[m][t]), run[m][t]);
+            store16(orow, c->odt, n0, c->N - n0, c->bias, v);
+        }
+    }
+}
+
+/* The tile-group width per MM (registers: MM*TT*A accumulators + MM*TT running sums). */
+static int gemv_tt(int MM) { return MM == 1 ? 4 : MM == 2 ? 4 : MM == 3 ? 3 : 2; }
+
+static void gemv_dispatch(const gemv_job *g, int64_t t0, int TT)
+{
+#define GT(MMv, TTv, Av) case TTv: gemv_tiles(g, t0, MMv, TTv, Av); return;
+    switch (g->MM) {
+    case 1: switch (TT) { GT(1, 1, 2) GT(1, 2, 2) GT(1, 3, 2) GT(1, 4, 2) } break;
+    case 2: switch (TT) { GT(2, 1, 1) GT(2, 2, 1) GT(2, 3, 1) GT(2, 4, 1) } break;
+    case 3: switch (TT) { GT(3, 1, 1) GT(3, 2, 1) GT(3, 3, 1) } break;
+    default: switch (TT) { GT(4, 1, 1) GT(4, 2, 1) } break;
+    }
+#undef GT
+}
+
+static void gemv_range(const void *ctx, int64_t g0, int64_t g1)
+{
+    const gemv_job *g = (const gemv_job *)ctx;
+    const int64_t tiles = g->l->tiles;
+    for (int64_t grp = g0; grp < g1; grp++) {
+        const int64_t t0 = grp * g->TT;
+        const int64_t tt = tiles - t0 < g->TT ? tiles - t0 : g->TT;
+        gemv_dispatch(g, t0, (int)tt);
+    }
+}
+
+static void run_gemv(const qk_linear_call *c, const avx512_layout *l, const act512 *x)
+{
+    for (int64_t m0 = 0; m0 < c->M; m0 += GEMV_MAX_M) {
+        gemv_job g = {c, l, x, m0, 0, 0};
+        g.MM = (int)(c->M - m0 < GEMV_MAX_M ? c->M - m0 : GEMV_MAX_M);
+        g.TT = gemv_tt(g.MM);
+        const int64_t groups = (l->tiles + g.TT - 1) / g.TT;
+        qk_parallel_for(groups, g.TT * l->tile_bytes, 192 << 10, gemv_range, &g);
+    }
+}
+
+/* ---- GEMM ---- */
+typedef struct gemm_job {
+    const qk_linear_call *c;
+    const avx512_layout *l;
+    const act512 *x;
+    int64_t panels, mchunks, items, slots;
+    char *scratch;                 /* slots x slot_bytes */
+    size_t slot_bytes;
+} gemm_job;
+
+#define PANEL_WORDS ((size_t)KCB * 16 * NB * 32)         /* BF16 words of one panel */
+#define PANEL_EXPS ((size_t)KCB * NB * 16)               /* f32 weight exponents */
+
+/* Decodes tiles [t0, t0+nt) x blocks [j0, j0+nj) into pw [jj][pair][tile][32] and
+   pe [jj][tile][16]. */
+static void decode_panel(const avx512_layout *l, int64_t t0, int nt, int64_t j0, int64_t nj,
+                         uint16_t *pw, float *pe)
+{
+    const __m512i m87f0 = _mm512_set1_epi16((short)0x87F0), sub = subnormal_table();
+    for (int t = 0; t < nt; t++) {
+        const uint8_t *tile = l->codes + (t0 + t) * l->tile_bytes;
+        for (int64_t jj = 0; jj < nj; jj++) {
+            const int64_t j = j0 + jj, sbo = (j / SB_BLOCKS) * SB_BYTES, i = j % SB_BLOCKS;
+            const uint8_t *blk = tile + sbo + 64 + i * 512;
+            const int exact = l->flags[(t0 + t) * l->kbp + j];
+            uint16_t *o = pw + ((size_t)jj * 16 * NB + (size_t)t) * 32;
+            for (int c = 0; c < 8; c++) {
+                __m512i v = _mm512_loadu_si512(blk + 64 * c), lo, hi;
+                if (exact) {
+                    lo = dec_lo_exact(v, m87f0, sub);
+                    hi = dec_hi_exact(v, m87f0, sub);
+                } else {
+                    lo = dec_lo_pure(v, m87f0);
+                    hi = dec_hi_pure(v, m87f0);
+                }
+                _mm512_store_si512(o + (size_t)(2 * c) * NB * 32, lo);
+                _mm512_store_si512(o + (size_t)(2 * c + 1) * NB * 32, hi);
+            }
+            _mm512_store_ps(pe + ((size_t)jj * NB + (size_t)t) * 16,
+                            weight_exp(tile + sbo + 16 * i, exact));
+        }
+    }
+}
+
+/* rows [m, m+RM) x tiles [0, TN) of the panel, blocks [j0, j0+nj): ctot [row][NB*16] += */
+INLINE void gemm_micro(const int RM, const int TN, const act512 *x, int64_t m, int64_t j0,
+                       int64_t nj, const uint16_t *pw, const float *pe, float *ctot)
+{
+    __m512 acc[MR][NB], run[MR][NB];
+    for (int r = 0; r < RM; r++)
+        for (int t = 0; t < TN; t++) run[r][t] = _mm512_setzero_ps();
+    const uint16_t *xr[MR];
+    const float *er[MR];
+    for (int r = 0; r < RM; r++) {
+        xr[r] = x->xt + (m + r) * x->kp + j0 * QK_MX_BLOCK;
+        er[r] = x->ex + (m + r) * x->kbp + j0;
+    }
+    for (int64_t jj = 0; jj < nj; jj++) {
+        for (int r = 0; r < RM; r++)
+            for (int t = 0; t < TN; t++) acc[r][t] = _mm512_setzero_ps();
+        const uint16_t *pb = pw + (size_t)jj * 16 * NB * 32;
+        for (int p = 0; p < 16; p++) {
+            __m512i b[NB];
+            for (int t = 0; t < TN; t++)
+                b[t] = _mm512_load_si512(pb + ((size_t)p * NB + (size_t)t) * 32);
+            for (int r = 0; r < RM; r++) {
+                __m512 a = bcast_pair(xr[r] + jj * QK_MX_BLOCK + 2 * p);
+                for (int t = 0; t < TN; t++) acc[r][t] = dp(acc[r][t], b[t], a);
+            }
+        }
+        for (int t = 0; t < TN; t++) {
+            __m512 ew = _mm512_load_ps(pe + ((size_t)jj * NB + (size_t)t) * 16);
+            for (int r = 0; r < RM; r++) {
+                __m512 e = _mm512_add_ps(ew, _mm512_set1_ps(er[r][jj]));
+                run[r][t] = _mm512_add_ps(run[r][t], _mm512_scalef_ps(acc[r][t], e));
+            }
+        }
+    }
+    for (int r = 0; r < RM; r++)
+        for (int t = 0; t < TN; t++) {
+            float *o = ctot + (size_t)r * NB * 16 + (size_t)t * 16;
+            _mm512_store_ps(o, _mm512_add_ps(_mm512_load_ps(o), run[r][t]));
+        }
+}
+
+static void gemm_micro_dispatch(int RM, int TN, const act512 *x, int64_t m, int64_t j0,
+                                int64_t nj, const uint16_t *pw, const float *pe, float *ctot)
+{
+#define GM(RMv, TNv) case TNv: gemm_micro(RMv, TNv, x, m, j0, nj, pw, pe, ctot); return;
+    switch (RM) {
+    case 1: switch (TN) { GM(1, 1) GM(1, 2) GM(1, 3) } break;
+    case 2: switch (TN) { GM(2, 1) GM(2, 2) GM(2, 3) } break;
+    case 3: switch (TN) { GM(3, 1) GM(3, 2) GM(3, 3) } break;
+    default: switch (TN) { GM(4, 1) GM(4, 2) GM(4, 3) } break;
+    }
+#undef GM
+}
+
+static void gemm_item(const gemm_job *g, int64_t item, char *scratch)
+{
+    const qk_linear_call *c = g->c;
+    const avx512_layout *l = g->l;
+    const int64_t panel = item % g->panels, mchunk = item / g->panels;
+    const int64_t t0 = panel * NB, m0 = mchunk * MC;
+    const int nt = (int)(l->tiles - t0 < NB ? l->tiles - t0 : NB);
+    const int64_t m1 = c->M - m0 < MC ? c->M : m0 + MC;
+    uint16_t *pw = (uint16_t *)scratch;
+    float *pe = (float *)(scratch + PANEL_WORDS * 2);
+    float *ctot = pe + PANEL_EXPS;
+    memset(ctot, 0, (size_t)(m1 - m0) * NB * 16 * sizeof(float));
+    for (int64_t j0 = 0; j0 < l->kbp; j0 += KCB) {
+        const int64_t nj = l->kbp - j0 < KCB ? l->kbp - j0 : KCB;
+        decode_panel(l, t0, nt, j0, nj, pw, pe);
+        for (int64_t m = m0; m < m1; m += MR) {
+            const int rm = (int)(m1 - m < MR ? m1 - m : MR);
+            gemm_micro_dispatch(rm, nt, g->x, m, j0, nj, pw, pe,
+                                ctot + (size_t)(m - m0) * NB * 16);
+        }
+    }
+    for (int64_t m = m0; m < m1; m++) {
+        char *orow = c->out + qk_rows_offset(&c->outr, m);
+        for (int t = 0; t < nt; t++) {
+            const int64_t n0 = (t0 + t) * TILE;
+            store16(orow, c->odt, n0, c->N - n0, c->bias,
+                    _mm512_load_ps(ctot + (size_t)(m - m0) * NB * 16 + (size_t)t * 16));
+        }
+    }
+}
+
+static void gemm_slots(const void *ctx, int64_t s0, int64_t s1)
+{
+    const gemm_job *g = (const gemm_job *)ctx;
+    for (int64_t s = s0; s < s1; s++) {
+        const int64_t i0 = g->items * s / g->slots, i1 = g->items * (s + 1) / g->slots;
+        for (int64_t i = i0; i < i1; i++) gemm_item(g, i, g->scratch + (size_t)s0 * g->slot_bytes);
+    }
+}
+
+static qk_status run_gemm(const qk_linear_call *c, const avx512_layout *l, const act512 *x)
+{
+    gemm_job g;
+    memset(&g, 0, sizeof g);
+    g.c = c;
+    g.l = l;
+    g.x = x;
+    g.panels = (l->tiles + NB - 1) / NB;
+    g.mchunks = (c->M + MC - 1) / MC;
+    g.items = g.panels * g.mchunks;
+    const double work = 2.0 * (double)c->M * (double)c->N * (double)c->K;
+    int64_t slots = work < 4e6 ? 1 : qk_threads();
+    if (slots > g.items) slots = g.items;
+    if (slots < 1) slots = 1;
+    g.slots = slots;
+    const int64_t mc = c->M < MC ? c->M : MC;
+    g.slot_bytes = (PANEL_WORDS * 2 + PANEL_EXPS * 4 + (size_t)mc * NB * 16 * 4 + 63) & ~(size_t)63;
+    g.scratch = (char *)qk_linear_alloc(g.slot_bytes * (size_t)slots);
+    if (!g.scratch) return QK_ERR_NOMEM;
+    qk_parallel_for(slots, 1, 0, gemm_slots, &g);
+    qk_linear_free(g.scratch);
+    return QK_OK;
+}
+
+static qk_status avx512_run(const qk_linear_call *c)
+{
+    const avx512_layout *l = (const avx512_layout *)c->w->layout;
+    act512 x;
+    qk_status st = act512_make(c, l->kbp, &x);
+    if (st) return st;
+    if (c->M <= GEMV_MAX_M) run_gemv(c, l, &x);
+    else st = run_gemm(c, l, &x);
+    act512_free(&x);
+    return st;
+}
+
+const qk_linear_impl qk_linear_avx512 = {"avx512", avx512_prepare, avx512_release, avx512_run};
