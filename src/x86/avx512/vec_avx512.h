@@ -119,42 +119,93 @@ static inline double vd_sum(vd a) { return _mm512_reduce_add_pd(a); }
    lane) make a block that is accumulated in double — the generic scheme's bound. The
    instruction flushes subnormal results, so a row whose sum is below 2^-60 (where the
    flushed parts could matter) is summed again by the generic code. */
-static inline double vsumsq_bf16_dp(const uint16_t *x, int64_t H,
-                                    double (*generic)(const uint16_t *, int64_t), float *xmin)
+typedef struct sq_state {
+    vd alo, ahi, blo, bhi;
+    __m512i mn; /* smallest nonzero |x| as BF16 bits minus one (zeros wrap to 0xffff) */
+} sq_state;
+
+static inline void sq_init(sq_state *s)
 {
-    vd alo = vd_zero(), ahi = vd_zero(), blo = vd_zero(), bhi = vd_zero();
-    /* smallest nonzero |x| as BF16 bits, minus one (zeros wrap to 0xffff and drop out) */
-    const __m512i absmask = _mm512_set1_epi16(0x7fff), one16 = _mm512_set1_epi16(1);
-    __m512i mn = _mm512_set1_epi16(-1);
-    int64_t k = 0;
-    for (; k + 128 <= H; k += 128) {
-        __m512i u0 = _mm512_loadu_si512((const void *)(x + k));
-        __m512i u1 = _mm512_loadu_si512((const void *)(x + k + 32));
-        __m512i u2 = _mm512_loadu_si512((const void *)(x + k + 64));
-        __m512i u3 = _mm512_loadu_si512((const void *)(x + k + 96));
-        vacc_d(&alo, &ahi, _mm512_dpbf16_ps(_mm512_dpbf16_ps(vzero(), (__m512bh)u0, (__m512bh)u0),
-                                            (__m512bh)u1, (__m512bh)u1));
-        vacc_d(&blo, &bhi, _mm512_dpbf16_ps(_mm512_dpbf16_ps(vzero(), (__m512bh)u2, (__m512bh)u2),
-                                            (__m512bh)u3, (__m512bh)u3));
-        __m512i m01 = _mm512_min_epu16(_mm512_sub_epi16(_mm512_and_si512(u0, absmask), one16),
-                                       _mm512_sub_epi16(_mm512_and_si512(u1, absmask), one16));
-        __m512i m23 = _mm512_min_epu16(_mm512_sub_epi16(_mm512_and_si512(u2, absmask), one16),
-                                       _mm512_sub_epi16(_mm512_and_si512(u3, absmask), one16));
-        mn = _mm512_min_epu16(mn, _mm512_min_epu16(m01, m23));
-    }
-    for (; k < H; k += 32) {
-        int64_t n = H - k < 32 ? H - k : 32;
-        __m512i u = _mm512_maskz_loadu_epi16((__mmask32)(n == 32 ? ~0u : (1u << n) - 1u), x + k);
-        vacc_d(&alo, &ahi, _mm512_dpbf16_ps(vzero(), (__m512bh)u, (__m512bh)u));
-        mn = _mm512_min_epu16(mn, _mm512_sub_epi16(_mm512_and_si512(u, absmask), one16));
-    }
-    /* horizontal min of 32 u16 lanes */
-    __m256i h = _mm256_min_epu16(_mm512_castsi512_si256(mn), _mm512_extracti64x4_epi64(mn, 1));
+    s->alo = s->ahi = s->blo = s->bhi = vd_zero();
+    s->mn = _mm512_set1_epi16(-1);
+}
+static inline __m512i sq_abs_m1(__m512i u)
+{
+    return _mm512_sub_epi16(_mm512_and_si512(u, _mm512_set1_epi16(0x7fff)), _mm512_set1_epi16(1));
+}
+/* 128 consecutive elements as four vectors of 32 BF16 */
+static inline void sq_block128(sq_state *s, __m512i u0, __m512i u1, __m512i u2, __m512i u3)
+{
+    vacc_d(&s->alo, &s->ahi, _mm512_dpbf16_ps(_mm512_dpbf16_ps(vzero(), (__m512bh)u0, (__m512bh)u0),
+                                              (__m512bh)u1, (__m512bh)u1));
+    vacc_d(&s->blo, &s->bhi, _mm512_dpbf16_ps(_mm512_dpbf16_ps(vzero(), (__m512bh)u2, (__m512bh)u2),
+                                              (__m512bh)u3, (__m512bh)u3));
+    s->mn = _mm512_min_epu16(s->mn, _mm512_min_epu16(_mm512_min_epu16(sq_abs_m1(u0), sq_abs_m1(u1)),
+                                                     _mm512_min_epu16(sq_abs_m1(u2), sq_abs_m1(u3))));
+}
+/* the last elements, 32 (or fewer, zero-padded) at a time */
+static inline void sq_chunk32(sq_state *s, __m512i u)
+{
+    vacc_d(&s->alo, &s->ahi, _mm512_dpbf16_ps(vzero(), (__m512bh)u, (__m512bh)u));
+    s->mn = _mm512_min_epu16(s->mn, sq_abs_m1(u));
+}
+static inline __mmask32 sq_mask(int64_t n) { return (__mmask32)(n >= 32 ? ~0u : (1u << n) - 1u); }
+/* The row's sum of squares (x: the row, for the exact re-summation of tiny rows) and its
+   smallest nonzero |x| (0 if it is NaN/Inf, +inf for an all-zero row). */
+static inline double sq_final(const sq_state *s, const uint16_t *x, int64_t H,
+                              double (*generic)(const uint16_t *, int64_t), float *xmin)
+{
+    __m256i h = _mm256_min_epu16(_mm512_castsi512_si256(s->mn), _mm512_extracti64x4_epi64(s->mn, 1));
     __m128i q = _mm_min_epu16(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
     uint16_t b = (uint16_t)(_mm_extract_epi16(_mm_minpos_epu16(q), 0) + 1);
     *xmin = b == 0 ? __builtin_inff() : (b >= 0x7f80 ? 0.0f : qk_bf16_to_f32(b));
-    double ss = vd_sum(vd_add(vd_add(alo, ahi), vd_add(blo, bhi)));
+    double ss = vd_sum(vd_add(vd_add(s->alo, s->ahi), vd_add(s->blo, s->bhi)));
     return ss < 0x1p-60 ? generic(x, H) : ss;
+}
+
+static inline double vsumsq_bf16_dp(const uint16_t *x, int64_t H,
+                                    double (*generic)(const uint16_t *, int64_t), float *xmin)
+{
+    sq_state s;
+    sq_init(&s);
+    int64_t k = 0;
+    for (; k + 128 <= H; k += 128)
+        sq_block128(&s, _mm512_loadu_si512((const void *)(x + k)),
+                    _mm512_loadu_si512((const void *)(x + k + 32)),
+                    _mm512_loadu_si512((const void *)(x + k + 64)),
+                    _mm512_loadu_si512((const void *)(x + k + 96)));
+    for (; k < H; k += 32) sq_chunk32(&s, _mm512_maskz_loadu_epi16(sq_mask(H - k), x + k));
+    return sq_final(&s, x, H, generic, xmin);
+}
+
+/* 32 elements of rnd(x + res) packed as BF16 (what vst2_bf16 stores), stored to ro; n < 32
+   stores and returns only the first n (the rest zero). */
+static inline __m512i vadd_pack_bf16(const uint16_t *x, const uint16_t *res, uint16_t *ro)
+{
+    vf a = vadd(vld_bf16(x), vld_bf16(res)), b = vadd(vld_bf16(x + VL), vld_bf16(res + VL));
+    __mmask16 sa = _mm512_fpclass_ps_mask(a, 0x20), sb = _mm512_fpclass_ps_mask(b, 0x20);
+    __m512i u;
+    if (__builtin_expect(_kortestz_mask16_u8(sa, sb), 1))
+        u = (__m512i)_mm512_cvtne2ps_pbh(b, a);
+    else
+        u = _mm512_inserti64x4(_mm512_castsi256_si512(vcvt_to_bf16(a)), vcvt_to_bf16(b), 1);
+    _mm512_storeu_si512((void *)ro, u);
+    return u;
+}
+static inline __m512i vadd_pack_bf16_n(const uint16_t *x, const uint16_t *res, uint16_t *ro,
+                                       int64_t n)
+{
+    __m512i u;
+    if (n > VL) {
+        vf a = vadd(vld_bf16(x), vld_bf16(res));
+        vf b = vadd(vld_bf16_n(x + VL, n - VL), vld_bf16_n(res + VL, n - VL));
+        u = _mm512_inserti64x4(_mm512_castsi256_si512(vcvt_to_bf16(a)), vcvt_to_bf16(b), 1);
+    } else {
+        u = _mm512_castsi256_si512(vcvt_to_bf16(vadd(vld_bf16_n(x, n), vld_bf16_n(res, n))));
+    }
+    u = _mm512_maskz_mov_epi16(sq_mask(n), u);
+    _mm512_mask_storeu_epi16(ro, sq_mask(n), u);
+    return u;
 }
 #define VEC_SUMSQ_BF16 vsumsq_bf16_dp
 
