@@ -77,8 +77,7 @@ static inline void remove_tree(const char *path)
             while ((e = readdir(d))) {
                 if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
                 char p[4096];
-                snprintf(p, sizeof p, "%s/%s", path, e->d_name);
-                remove_tree(p);
+                if (snprintf(p, sizeof p, "%s/%s", path, e->d_name) < (int)sizeof p) remove_tree(p);
             }
             closedir(d);
         }
