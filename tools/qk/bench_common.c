@@ -100,21 +100,31 @@ qkb_stats qkb_stats_of(double *samples, int n)
     return s;
 }
 
-qkb_stats qkb_time_calls(qkb_call_fn fn, void *ctx, int warmup, int reps)
+qkb_stats qkb_time_calls_capped(qkb_call_fn fn, void *ctx, int warmup, int reps,
+                                double max_seconds, int min_reps)
 {
     int64_t iter = 0;
     for (int i = 0; i < warmup; i++) fn(ctx, iter++);
     double *t = malloc(sizeof(double) * (size_t)(reps > 0 ? reps : 1));
     if (!t) abort();
-    for (int i = 0; i < reps; i++) {
+    const double start = qkb_now();
+    int n = 0;
+    while (n < reps) {
         double t0 = qkb_now();
         fn(ctx, iter++);
-        t[i] = qkb_now() - t0;
+        double t1 = qkb_now();
+        t[n++] = t1 - t0;
+        if (n >= min_reps && t1 - start > max_seconds) break;
     }
-    qkb_stats s = qkb_stats_of(t, reps);
+    qkb_stats s = qkb_stats_of(t, n);
     s.warmup = warmup;
     free(t);
     return s;
+}
+
+qkb_stats qkb_time_calls(qkb_call_fn fn, void *ctx, int warmup, int reps)
+{
+    return qkb_time_calls_capped(fn, ctx, warmup, reps, INFINITY, reps);
 }
 
 qkb_stats qkb_time_batched(qkb_call_fn fn, void *ctx, int warmup, int reps)

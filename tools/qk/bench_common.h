@@ -50,6 +50,10 @@ qkb_stats qkb_stats_of(double *samples, int n);
 typedef void (*qkb_call_fn)(void *ctx, int64_t iter);
 /* warmup untimed calls, then reps calls each timed on its own. */
 qkb_stats qkb_time_calls(qkb_call_fn fn, void *ctx, int warmup, int reps);
+/* As qkb_time_calls, but stops timing once max_seconds have passed and at least min_reps
+   calls were timed (a guard for loaded machines); stats.reps says how many were. */
+qkb_stats qkb_time_calls_capped(qkb_call_fn fn, void *ctx, int warmup, int reps,
+                                double max_seconds, int min_reps);
 /* As qkb_time_calls, but each sample times a batch of calls long enough (>= ~20 us) that
    the timer's own cost vanishes; the stats are per call. For limits, not for ops. */
 qkb_stats qkb_time_batched(qkb_call_fn fn, void *ctx, int warmup, int reps);
