@@ -288,6 +288,7 @@ static run_result time_run(const bench *bn, call_ctx *x)
         warm--;
     }
     r.st = qkb_time_calls_capped(timed_call, x, warm, reps, RUN_CAP_S, 40);
+    if (is_ref && !bn->opt.quick) r.st.warmup++; /* the probing call */
     if (r.st.reps < reps) r.few_reps = true;
     r.gbps = (double)x->c->bytes[x->op] / r.st.p50 * 1e-9;
     r.fraction = r.gbps / x->c->copy[x->op].gbps;
@@ -381,9 +382,8 @@ static void time_cell(qkb_table *t, const run_result *r)
     qkb_table_cell(t, "%s%s", qkb_fmt_time(a, sizeof a, r->st.p50), r->few_reps ? "*" : "");
 }
 
-static void print_spread(const bench *bn, const char *name, const run_result *r)
+static void print_spread(const char *name, const run_result *r)
 {
-    (void)bn;
     char a[32], b[32];
     printf("  %s %s/%s", name, qkb_fmt_time(a, sizeof a, r->st.p10), qkb_fmt_time(b, sizeof b, r->st.p90));
 }
@@ -428,8 +428,8 @@ static void print_op_table(const bench *bn, int o)
         else qkb_table_cell(&t, "-");
         if (bn->opt.verbose) {
             printf("    p10/p90:");
-            for (int p = 0; p < bn->np; p++) print_spread(bn, bn->prov[p]->name, &c->prov[o][p]);
-            print_spread(bn, "composite", &c->comp[o]);
+            for (int p = 0; p < bn->np; p++) print_spread(bn->prov[p]->name, &c->prov[o][p]);
+            print_spread("composite", &c->comp[o]);
             printf("\n");
         }
     }
