@@ -43,7 +43,7 @@
 #define MR 4                     /* GEMM register tile: MR rows x NB tiles */
 #define NB 3
 #define KCB 8                    /* GEMM k-chunk, in blocks */
-#define MC 128                   /* GEMM rows per work item */
+#define MC 512                   /* GEMM rows per work item */
 
 #define INLINE static inline __attribute__((always_inline))
 

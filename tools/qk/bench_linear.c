@@ -1,0 +1,503 @@
+/* `qk bench linear`: the MXFP8 linear protocol of performance.md. Shapes (N, K) in
+ * {(4304, 1152), (1152, 4304), (5120, 5120), (17408, 5120), (5120, 17408)} x M in
+ * {1, 16, 128, 512}, BF16 activations and output, with every compiled provider this CPU
+ * runs (ref only at M = 1) and, when built with oneDNN, its BF16 matmul on the same shapes.
+ * Per cell p10/p50/p90; M = 1: effective weight bandwidth N·K·(1 + 1/32) / p50 against
+ * the read bandwidth of a buffer of the same size measured in this run with all threads;
+ * M >= 128: 2·M·N·K / p50 against the vdpbf16ps peak measured here (independent
+ * accumulator chains, all threads). Reps adapt to a per-cell time budget (at least 5 timed
+ * calls; the largest cells get the fewest), so the whole run stays near 2-3 minutes. */
+#include "bench_common.h"
+
+#include "internal.h"
+#include "ref/mx_ref.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__AVX512BF16__)
+#include <immintrin.h>
+#endif
+#ifdef QK_BENCH_ONEDNN
+#include <oneapi/dnnl/dnnl.h>
+#endif
+
+#define MAXP 4
+#define CELL_BUDGET_S 1.2        /* timed seconds per (cell, implementation) */
+#define MAX_REPS 50
+#define MIN_REPS 5
+#define TARGET_M1_FRACTION 0.75
+#define TARGET_PEAK_FRACTION 0.60
+#define TARGET_VS_ONEDNN 1.4
+
+static const int64_t shapes_full[][2] = {{4304, 1152}, {1152, 4304}, {5120, 5120},
+                                         {17408, 5120}, {5120, 17408}};
+static const int64_t ms_full[] = {1, 16, 128, 512};
+static const int64_t ms_quick[] = {1, 16, 128};
+
+typedef struct result {
+    qkb_stats st;
+    double gbps, fraction_bw, gflops, fraction_peak;
+    bool done;
+} result;
+
+typedef struct cell {
+    int64_t N, K, M;
+    size_t wbytes;               /* MXFP8 weight bytes: N·K·(1 + 1/32) */
+    qkb_residency res;
+    int nbuf;
+    double read_gbps;            /* read bandwidth, same footprint, all threads */
+    result prov[MAXP];
+    result dnnl;
+} cell;
+
+typedef struct bench {
+    qkb_options opt;
+    const qk_provider_set *prov[MAXP];
+    int np, staged;
+    double peak_gflops;
+    cell *cells;
+    int ncells;
+} bench;
+
+/* ---- the vdpbf16ps peak: 16 independent accumulator chains per thread ---- */
+#if defined(__AVX512BF16__)
+#define PEAK_ITERS 200000
+static volatile float peak_sink;
+
+static void peak_range(const void *ctx, int64_t b, int64_t e)
+{
+    (void)ctx;
+    for (int64_t t = b; t < e; t++) {
+        __m512 acc[16];
+        for (int i = 0; i < 16; i++) acc[i] = _mm512_set1_ps((float)i);
+        __m512bh a = (__m512bh)_mm512_set1_epi32(0x3F803F80), bb = (__m512bh)_mm512_set1_epi32(0x3F003F00);
+        for (int it = 0; it < PEAK_ITERS; it++) {
+            for (int i = 0; i < 16; i++) acc[i] = _mm512_dpbf16_ps(acc[i], a, bb);
+            __asm__ volatile("" : "+v"(acc[0]), "+v"(acc[1]), "+v"(acc[2]), "+v"(acc[3]),
+                             "+v"(acc[4]), "+v"(acc[5]), "+v"(acc[6]), "+v"(acc[7]));
+        }
+        __m512 s = acc[0];
+        for (int i = 1; i < 16; i++) s = _mm512_add_ps(s, acc[i]);
+        peak_sink = _mm512_reduce_add_ps(s);
+    }
+}
+
+static double measure_peak(void)
+{
+    const int nt = qk_get_num_threads();
+    double best = 0;
+    for (int rep = 0; rep < 5; rep++) {
+        double t0 = qkb_now();
+        qk_parallel_for(nt, 1, 0, peak_range, NULL);
+        double t = qkb_now() - t0;
+        double g = (double)nt * PEAK_ITERS * 16 * 64 / t / 1e9;
+        if (g > best) best = g;
+    }
+    return best;
+}
+#else
+static double measure_peak(void) { return NAN; }
+#endif
+
+/* ---- weights: codes of quantized N(0, 0.02) rows (a checkpoint's statistics) ---- */
+static void make_weight(int64_t N, int64_t K, uint8_t *q, uint8_t *s)
+{
+    const int64_t kb = (K + 31) / 32;
+    float *row = malloc(sizeof(float) * (size_t)K);
+    qkb_rng r = {0x1234567ull + (uint64_t)N * 31 + (uint64_t)K};
+    qk_mx_options opt = qk_mx_options_default();
+    for (int64_t n = 0; n < N; n++) {
+        for (int64_t k = 0; k < K; k += 2) {
+            /* Box-Muller-free: sum of uniforms is close enough to normal for statistics */
+            float u = qkb_uniform(&r, -1, 1) + qkb_uniform(&r, -1, 1) + qkb_uniform(&r, -1, 1);
+            row[k] = 0.02f * u;
+            if (k + 1 < K) row[k + 1] = -0.011f * u + 0.015f * qkb_uniform(&r, -1, 1);
+        }
+        qk_target_table_built.ops.mx_quantize.fn
+            ? qk_target_table_built.ops.mx_quantize.fn(row, QK_DTYPE_F32, K, &opt, q + n * K, s + n * kb)
+            : qk_mx_quantize_row_ref(row, QK_DTYPE_F32, K, &opt, q + n * K, s + n * kb);
+    }
+    free(row);
+}
+
+/* ---- one timed implementation ---- */
+typedef struct lin_ctx {
+    qk_mx_weight *w[16];
+    int nbuf;
+    qk_tensor x, out;
+} lin_ctx;
+
+static void lin_call(void *ctx, int64_t iter)
+{
+    lin_ctx *c = (lin_ctx *)ctx;
+    qk_mxfp8_linear(&c->x, c->w[iter % c->nbuf], NULL, &c->out);
+}
+
+static int reps_for(double one_call)
+{
+    int reps = (int)(CELL_BUDGET_S / (one_call > 1e-7 ? one_call : 1e-7));
+    return reps < MIN_REPS ? MIN_REPS : reps > MAX_REPS ? MAX_REPS : reps;
+}
+
+static void fill_result(result *r, const cell *c, double peak)
+{
+    r->gbps = (double)c->wbytes / r->st.p50 / 1e9;
+    r->fraction_bw = r->gbps / c->read_gbps;
+    r->gflops = 2.0 * (double)c->M * (double)c->N * (double)c->K / r->st.p50 / 1e9;
+    r->fraction_peak = r->gflops / peak;
+    r->done = true;
+}
+
+#ifdef QK_BENCH_ONEDNN
+/* ---- oneDNN BF16 matmul: x [M, K] . W [K, N] -> [M, N], weights reordered once ---- */
+typedef struct dnnl_ctx {
+    dnnl_engine_t eng;
+    dnnl_stream_t stream;
+    dnnl_primitive_t prim;
+    dnnl_memory_t src, dst, wei[16];
+    int nbuf;
+} dnnl_ctx;
+
+static void dnnl_call(void *ctx, int64_t iter)
+{
+    dnnl_ctx *d = (dnnl_ctx *)ctx;
+    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, d->src}, {DNNL_ARG_WEIGHTS, d->wei[iter % d->nbuf]},
+                               {DNNL_ARG_DST, d->dst}};
+    dnnl_primitive_execute(d->prim, d->stream, 3, args);
+    dnnl_stream_wait(d->stream);
+}
+
+static bool dnnl_bench(cell *c, const uint16_t *wplain, dnnl_engine_t eng, dnnl_stream_t stream)
+{
+    dnnl_memory_desc_t smd, wmd_any, wmd_plain, dmd;
+    dnnl_dims_t sd = {c->M, c->K}, wd = {c->K, c->N}, dd = {c->M, c->N};
+    dnnl_memory_desc_init_by_tag(&smd, 2, sd, dnnl_bf16, dnnl_ab);
+    dnnl_memory_desc_init_by_tag(&wmd_any, 2, wd, dnnl_bf16, dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(&wmd_plain, 2, wd, dnnl_bf16, dnnl_ab);
+    dnnl_memory_desc_init_by_tag(&dmd, 2, dd, dnnl_bf16, dnnl_ab);
+    dnnl_matmul_desc_t md;
+    dnnl_primitive_desc_t pd = NULL;
+    if (dnnl_matmul_desc_init(&md, &smd, &wmd_any, NULL, &dmd) != dnnl_success ||
+        dnnl_primitive_desc_create(&pd, &md, NULL, eng, NULL) != dnnl_success)
+        return false;
+    dnnl_ctx d;
+    memset(&d, 0, sizeof d);
+    d.eng = eng;
+    d.stream = stream;
+    dnnl_primitive_create(&d.prim, pd);
+    const dnnl_memory_desc_t *wmd = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+    int nbuf = 1;
+    qkb_residency res = qkb_rotation((size_t)(c->N * c->K * 2), &nbuf);
+    (void)res;
+    d.nbuf = nbuf > 16 ? 16 : nbuf;
+    dnnl_memory_t plain;
+    dnnl_memory_create(&plain, &wmd_plain, eng, (void *)(uintptr_t)wplain);
+    dnnl_primitive_desc_t rpd;
+    dnnl_primitive_t reorder;
+    dnnl_reorder_primitive_desc_create(&rpd, &wmd_plain, eng, wmd, eng, NULL);
+    dnnl_primitive_create(&reorder, rpd);
+    for (int b = 0; b < d.nbuf; b++) {
+        dnnl_memory_create(&d.wei[b], wmd, eng, DNNL_MEMORY_ALLOCATE);
+        dnnl_exec_arg_t ra[2] = {{DNNL_ARG_FROM, plain}, {DNNL_ARG_TO, d.wei[b]}};
+        dnnl_primitive_execute(reorder, stream, 2, ra);
+    }
+    dnnl_stream_wait(stream);
+    dnnl_primitive_destroy(reorder);
+    dnnl_primitive_desc_destroy(rpd);
+    dnnl_memory_destroy(plain);
+    dnnl_memory_create(&d.src, &smd, eng, DNNL_MEMORY_ALLOCATE);
+    dnnl_memory_create(&d.dst, &dmd, eng, DNNL_MEMORY_ALLOCATE);
+    void *sp = NULL;
+    dnnl_memory_get_data_handle(d.src, &sp);
+    uint16_t *xs = (uint16_t *)sp;
+    for (int64_t i = 0; i < c->M * c->K; i++) xs[i] = (uint16_t)(0x3F00 + (i * 7919 % 255));
+    dnnl_call(&d, 0);
+    double t0 = qkb_now();
+    dnnl_call(&d, 0);
+    double one = qkb_now() - t0;
+    int reps = reps_for(one);
+    c->dnnl.st = qkb_time_calls(dnnl_call, &d, reps / 5 + 2, reps);
+    dnnl_primitive_destroy(d.prim);
+    dnnl_primitive_desc_destroy(pd);
+    for (int b = 0; b < d.nbuf; b++) dnnl_memory_destroy(d.wei[b]);
+    dnnl_memory_destroy(d.src);
+    dnnl_memory_destroy(d.dst);
+    return true;
+}
+#endif
+
+/* ---- the protocol ---- */
+static void run_shape(bench *bn, int64_t N, int64_t K, const int64_t *ms, int nm, cell *cells)
+{
+    const int64_t kb = (K + 31) / 32;
+    uint8_t *q = malloc((size_t)(N * K)), *s = malloc((size_t)(N * kb));
+    make_weight(N, K, q, s);
+    int64_t qs[2] = {N, K}, ss[2] = {N, kb};
+    qk_tensor qt = qk_tensor_make(q, QK_DTYPE_F8_E4M3, 2, qs);
+    qk_tensor st = qk_tensor_make(s, QK_DTYPE_E8M0, 2, ss);
+    const size_t wbytes = (size_t)(N * K) + (size_t)(N * kb);
+    int nbuf = 1;
+    qkb_residency res = qkb_rotation(wbytes, &nbuf);
+    if (nbuf > 16) nbuf = 16;
+    qkb_bandwidth rb = qkb_read_bandwidth(wbytes, nbuf, bn->opt.quick);
+    double read = rb.gbps_all > 0 ? rb.gbps_all : rb.gbps;
+#ifdef QK_BENCH_ONEDNN
+    dnnl_engine_t eng;
+    dnnl_stream_t stream;
+    dnnl_engine_create(&eng, dnnl_cpu, 0);
+    dnnl_stream_create(&stream, eng, dnnl_stream_default_flags);
+    uint16_t *wb = malloc(sizeof(uint16_t) * (size_t)(N * K));
+    for (int64_t i = 0; i < N * K; i++)
+        wb[i] = qk_f32_to_bf16(qk_e4m3_to_f32(q[i]) * 0x1p-7f);  /* values do not matter */
+#endif
+    for (int mi = 0; mi < nm; mi++) {
+        cell *c = &cells[mi];
+        memset(c, 0, sizeof *c);
+        c->N = N; c->K = K; c->M = ms[mi];
+        c->wbytes = wbytes;
+        c->res = res;
+        c->nbuf = nbuf;
+        c->read_gbps = read;
+        const int64_t M = c->M;
+        uint16_t *x = malloc(sizeof(uint16_t) * (size_t)(M * K));
+        uint16_t *o = malloc(sizeof(uint16_t) * (size_t)(M * N));
+        qkb_rng r = {77};
+        for (int64_t i = 0; i < M * K; i++) x[i] = qk_f32_to_bf16(qkb_uniform(&r, -2, 2));
+        int64_t xs[2] = {M, K}, os[2] = {M, N};
+        for (int p = 0; p < bn->np; p++) {
+            const qk_provider_set *pv = bn->prov[p];
+            if (!strcmp(pv->name, "ref") && M > 1) continue;   /* minutes per call */
+            lin_ctx lc;
+            memset(&lc, 0, sizeof lc);
+            lc.nbuf = nbuf;
+            lc.x = qk_tensor_make(x, QK_DTYPE_BF16, 2, xs);
+            lc.out = qk_tensor_make(o, QK_DTYPE_BF16, 2, os);
+            bool ok = true;
+            for (int b = 0; b < nbuf && ok; b++)
+                ok = qk_mx_weight_create_with(pv->ops.mxfp8_linear, &qt, &st, &lc.w[b]) == QK_OK;
+            if (ok) {
+                lin_call(&lc, 0);
+                double t0 = qkb_now();
+                lin_call(&lc, 1);
+                double one = qkb_now() - t0;
+                int reps = !strcmp(pv->name, "ref") ? 3 : reps_for(one);
+                c->prov[p].st = qkb_time_calls(lin_call, &lc, reps / 5 + 2, reps);
+                fill_result(&c->prov[p], c, bn->peak_gflops);
+            }
+            for (int b = 0; b < nbuf; b++) qk_mx_weight_destroy(lc.w[b]);
+        }
+#ifdef QK_BENCH_ONEDNN
+        if (dnnl_bench(c, wb, eng, stream)) fill_result(&c->dnnl, c, bn->peak_gflops);
+#endif
+        free(x);
+        free(o);
+        fprintf(stderr, "  done N=%lld K=%lld M=%lld\n", (long long)N, (long long)K, (long long)M);
+    }
+#ifdef QK_BENCH_ONEDNN
+    free(wb);
+    dnnl_stream_destroy(stream);
+    dnnl_engine_destroy(eng);
+#endif
+    free(q);
+    free(s);
+}
+
+static void print_table(const bench *bn)
+{
+    char buf[32], t1[32], t2[32];
+    char spec[160] = "r6 r6 r4 r9 l6 r7";
+    const char *titles[QKB_MAX_COLS] = {"N", "K", "M", "weights", "from", "readGB/s"};
+    int nt = 6;
+    for (int p = 0; p < bn->np; p++) {
+        strcat(spec, " r22 r12");
+        titles[nt++] = bn->prov[p]->name;
+        titles[nt++] = "limit";
+    }
+#ifdef QK_BENCH_ONEDNN
+    strcat(spec, " r10 r9");
+    titles[nt++] = "oneDNN";
+    titles[nt++] = "vs oneDNN";
+#endif
+    qkb_table t;
+    qkb_table_init(&t, spec);
+    qkb_table_header(&t, titles);
+    for (int i = 0; i < bn->ncells; i++) {
+        const cell *c = &bn->cells[i];
+        qkb_table_cell(&t, "%lld", (long long)c->N);
+        qkb_table_cell(&t, "%lld", (long long)c->K);
+        qkb_table_cell(&t, "%lld", (long long)c->M);
+        qkb_table_cell(&t, "%s", qkb_fmt_bytes(buf, sizeof buf, (double)c->wbytes));
+        qkb_table_cell(&t, "%s", qkb_residency_name(c->res));
+        qkb_table_cell(&t, "%.1f", c->read_gbps);
+        for (int p = 0; p < bn->np; p++) {
+            const result *r = &c->prov[p];
+            if (!r->done) { qkb_table_cell(&t, "-"); qkb_table_cell(&t, "-"); continue; }
+            qkb_table_cell(&t, "%s (%s..%s)", qkb_fmt_time(buf, sizeof buf, r->st.p50),
+                           qkb_fmt_time(t1, sizeof t1, r->st.p10), qkb_fmt_time(t2, sizeof t2, r->st.p90));
+            if (c->M == 1) qkb_table_cell(&t, "%.2f of rd", r->fraction_bw);
+            else qkb_table_cell(&t, "%.2f of pk", r->fraction_peak);
+        }
+#ifdef QK_BENCH_ONEDNN
+        qkb_table_cell(&t, "%s", c->dnnl.done ? qkb_fmt_time(buf, sizeof buf, c->dnnl.st.p50) : "-");
+        if (c->dnnl.done && c->prov[bn->staged].done)
+            qkb_table_cell(&t, "%.2fx", c->dnnl.st.p50 / c->prov[bn->staged].st.p50);
+        else qkb_table_cell(&t, "-");
+#endif
+    }
+    printf("limit: M = 1, effective weight bandwidth N·K·(1+1/32)/p50 as a fraction of read "
+           "bandwidth (\"of rd\"); M > 1, 2·M·N·K/p50 as a fraction of the measured vdpbf16ps "
+           "peak (\"of pk\"). vs oneDNN: oneDNN p50 / %s p50.\n", bn->prov[bn->staged]->name);
+}
+
+static bool write_json(const bench *bn)
+{
+    qkb_json j;
+    if (!qkb_json_open(&j, bn->opt.json)) return false;
+    qkb_json_environment(&j, &bn->opt);
+    qkb_json_str(&j, "protocol", "linear");
+    qkb_json_num(&j, "vdpbf16ps_peak_gflops", bn->peak_gflops);
+    qkb_json_str(&j, "staged", bn->prov[bn->staged]->name);
+    qkb_json_array(&j, "cells");
+    for (int i = 0; i < bn->ncells; i++) {
+        const cell *c = &bn->cells[i];
+        qkb_json_object(&j, NULL);
+        qkb_json_int(&j, "N", c->N);
+        qkb_json_int(&j, "K", c->K);
+        qkb_json_int(&j, "M", c->M);
+        qkb_json_int(&j, "weight_bytes", (int64_t)c->wbytes);
+        qkb_json_str(&j, "residency", qkb_residency_name(c->res));
+        qkb_json_int(&j, "nbuf", c->nbuf);
+        qkb_json_num(&j, "read_gbps", c->read_gbps);
+        qkb_json_object(&j, "providers");
+        for (int p = 0; p < bn->np; p++) {
+            const result *r = &c->prov[p];
+            if (!r->done) continue;
+            qkb_json_object(&j, bn->prov[p]->name);
+            qkb_json_stats(&j, "time", &r->st);
+            qkb_json_num(&j, "weight_gbps", r->gbps);
+            qkb_json_num(&j, "fraction_of_read", r->fraction_bw);
+            qkb_json_num(&j, "gflops", r->gflops);
+            qkb_json_num(&j, "fraction_of_peak", r->fraction_peak);
+            qkb_json_end(&j);
+        }
+        qkb_json_end(&j);
+        if (c->dnnl.done) {
+            qkb_json_object(&j, "onednn_bf16");
+            qkb_json_stats(&j, "time", &c->dnnl.st);
+            qkb_json_num(&j, "gflops", c->dnnl.gflops);
+            if (c->prov[bn->staged].done)
+                qkb_json_num(&j, "speedup_staged_vs_onednn", c->dnnl.st.p50 / c->prov[bn->staged].st.p50);
+            qkb_json_end(&j);
+        }
+        qkb_json_end(&j);
+    }
+    qkb_json_end(&j);
+    return qkb_json_close(&j);
+}
+
+static bool write_plot(const bench *bn)
+{
+    qkb_series ser[MAXP + 1];
+    int ns = 0;
+    for (int p = 0; p <= bn->np; p++) {
+        qkb_series *s = &ser[ns];
+        memset(s, 0, sizeof *s);
+        s->name = p < bn->np ? bn->prov[p]->name : "oneDNN bf16";
+        s->color = qkb_color(p);
+        s->dashed = p == bn->np;
+        s->x = malloc(sizeof(double) * (size_t)bn->ncells);
+        s->y = malloc(sizeof(double) * (size_t)bn->ncells);
+        for (int i = 0; i < bn->ncells; i++) {
+            const cell *c = &bn->cells[i];
+            const result *r = p < bn->np ? &c->prov[p] : &c->dnnl;
+            if (!r->done) continue;
+            s->x[s->n] = 2.0 * (double)c->M * (double)c->N * (double)c->K;
+            s->y[s->n] = r->st.p50;
+            s->n++;
+        }
+        if (s->n) ns++;
+        else { free(s->x); free(s->y); }
+    }
+    bool ok = qkb_svg_plot(bn->opt.plot, "qk bench linear: p50 latency vs 2MNK (BF16 x, BF16 out)",
+                           "2·M·N·K", "flop", "p50", "s", ser, ns);
+    for (int i = 0; i < ns; i++) { free(ser[i].x); free(ser[i].y); }
+    return ok;
+}
+
+static void summary(const bench *bn)
+{
+    const int s = bn->staged;
+    printf("\nsummary (staged provider %s, target %s; vdpbf16ps peak %.0f GFLOP/s on %d threads)\n",
+           bn->prov[s]->name, qk_target(), bn->peak_gflops, qk_get_num_threads());
+    double vs[16];
+    int nvs = 0;
+    for (int i = 0; i < bn->ncells; i++) {
+        const cell *c = &bn->cells[i];
+        const result *r = &c->prov[s];
+        if (!r->done) continue;
+        char label[96];
+        if (c->M == 1 && c->wbytes >= (32u << 20)) {
+            snprintf(label, sizeof label, "M=1 (%lld, %lld) fraction of read bandwidth",
+                     (long long)c->N, (long long)c->K);
+            qkb_target_line(label, r->fraction_bw, TARGET_M1_FRACTION, "");
+            if (c->dnnl.done && nvs < 16) vs[nvs++] = c->dnnl.st.p50 / r->st.p50;
+        }
+        if (c->M == 512 && c->N == 5120 && c->K == 5120) {
+            snprintf(label, sizeof label, "M=512 (5120, 5120) fraction of vdpbf16ps peak");
+            qkb_target_line(label, r->fraction_peak, TARGET_PEAK_FRACTION, "");
+        }
+    }
+    if (nvs) {
+        double mn = vs[0];
+        for (int i = 1; i < nvs; i++) mn = vs[i] < mn ? vs[i] : mn;
+        qkb_target_line("M=1 vs oneDNN BF16 (weights >= 32 MiB), worst cell", mn, TARGET_VS_ONEDNN, "x");
+    } else {
+        printf("  oneDNN comparison: %s\n",
+#ifdef QK_BENCH_ONEDNN
+               "no cell with weights >= 32 MiB in this run"
+#else
+               "not built (install libdnnl-dev and reconfigure)"
+#endif
+        );
+    }
+}
+
+int qk_bench_linear(int argc, char **argv)
+{
+    bench bn;
+    memset(&bn, 0, sizeof bn);
+    if (!qkb_parse_options("qk bench linear", argc, argv, &bn.opt)) return 2;
+    if (bn.opt.threads > 0) qk_set_num_threads(bn.opt.threads);
+    if (qk_init() != QK_OK) {
+        fprintf(stderr, "qk bench linear: %s\n", qk_last_error());
+        return 1;
+    }
+    const qk_linear_impl *staged = qk_target_table_built.ops.mxfp8_linear;
+    for (int i = 0; qk_all_providers[i] && bn.np < MAXP; i++) {
+        const qk_provider_set *p = qk_all_providers[i];
+        if (!p->ops.mxfp8_linear || (p->cpu_features & ~qk_cpu_features())) continue;
+        if (p->ops.mxfp8_linear == staged) bn.staged = bn.np;
+        bn.prov[bn.np++] = p;
+    }
+    const int nshapes = bn.opt.quick ? 2 : 5;
+    const int64_t *ms = bn.opt.quick ? ms_quick : ms_full;
+    const int nm = bn.opt.quick ? 3 : 4;
+    bn.ncells = nshapes * nm;
+    bn.cells = calloc((size_t)bn.ncells, sizeof(cell));
+    bn.peak_gflops = measure_peak();
+    printf("qk bench linear: target %s, %d threads, vdpbf16ps peak %.0f GFLOP/s; reps per cell "
+           "adapt to ~%.1f s (%d..%d timed calls, fewer for the largest cells)%s\n", qk_target(),
+           qk_get_num_threads(), bn.peak_gflops, CELL_BUDGET_S, MIN_REPS, MAX_REPS,
+           bn.opt.quick ? "; --quick: a smoke test, not the protocol" : "");
+    for (int si = 0; si < nshapes; si++)
+        run_shape(&bn, shapes_full[si][0], shapes_full[si][1], ms, nm, bn.cells + si * nm);
+    print_table(&bn);
+    summary(&bn);
+    bool ok = true;
+    if (bn.opt.json) ok &= write_json(&bn);
+    if (bn.opt.plot) ok &= write_plot(&bn);
+    free(bn.cells);
+    return ok ? 0 : 1;
+}
