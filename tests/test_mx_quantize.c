@@ -317,52 +317,76 @@ static void test_scale_rules_at_power_of_two_boundaries(void)
     CHECK(qk_e8m0_scale(INFINITY, QK_MX_SCALE_FLOOR, QK_DTYPE_F8_E5M2) == 0xff, "inf -> 0xFF");
 }
 
-/* Through the public API, one block per amax: the scale byte and the block maximum's code. */
-static void test_scale_rules_through_quantize(void)
+/* Rows of 64 whole blocks (so vector providers take their grouped path), each block's
+   maximum at or a few ulps around 2^e, 448 * 2^e, 512 * 2^e or 57344 * 2^e; every provider's
+   scale bytes and elements against the reference here; RCEIL never saturates the maximum. */
+static void check_boundary_rows(qk_mx_quantize_row_fn fn, const char *who)
 {
-    enum { NB = 64 };
-    static float x[NB * 32];
-    static uint8_t q[NB * 32], s[NB], eq[NB * 32], es[NB];
+    enum { NB = 64, K = NB * 32 };
+    static float x[K];
+    static uint8_t q[K], s[NB], eq[K], es[NB];
     uint64_t st = 7;
-    for (int e = 0; e < 2; e++)
-        for (int r = 0; r < 2; r++)
-            for (int rd = 0; rd < 2; rd++) {
-                const qk_mx_options o = make_opt(e, r, rd);
-                for (int rep = 0; rep < 8; rep++) {
-                    for (int b = 0; b < NB; b++) {
-                        const int ex = -140 + (int)(qk_rand_u64(&st) % 267);
-                        const float bases[4] = {1.0f, 448.0f, 512.0f, 57344.0f / 128.0f};
-                        float amax = ldexpf(bases[b % 4], ex - (b % 4 == 0 ? 0 : 8));
-                        if (b & 4) amax = nextafterf(amax, 0.0f);
-                        if (b & 8) amax = nextafterf(amax, INFINITY);
-                        if (!(fabsf(amax) <= FLT_MAX)) amax = FLT_MAX;
-                        for (int i = 0; i < 32; i++)
-                            x[b * 32 + i] = amax * (float)qk_rand_uniform(&st, -1.0, 1.0);
-                        x[b * 32 + (b % 32)] = (b & 16) ? -amax : amax;
-                    }
-                    int64_t shp[2] = {NB, 32}, sshp[2] = {NB, 1};
-                    qk_tensor tx = qk_tensor_make(x, QK_DTYPE_F32, 2, shp);
-                    qk_tensor tq = qk_tensor_make(q, o.elem, 2, shp);
-                    qk_tensor ts = qk_tensor_make(s, QK_DTYPE_E8M0, 2, sshp);
-                    qk_status stt = qk_mx_quantize(&tx, &o, &tq, &ts);
-                    CHECK(stt == QK_OK, "quantize: %s", qk_last_error());
-                    for (int b = 0; b < NB; b++) t_quantize_row(x + b * 32, QK_DTYPE_F32, 32, &o, eq + b * 32, es + b);
-                    for (int b = 0; b < NB; b++) {
-                        CHECK(s[b] == es[b], "%s block amax %a: scale 0x%02x want 0x%02x", opt_str(&o),
-                              (double)x[b * 32 + b % 32], s[b], es[b]);
-                        CHECK(!memcmp(q + b * 32, eq + b * 32, 32), "%s block amax %a: elements differ",
-                              opt_str(&o), (double)x[b * 32 + b % 32]);
-                        if (o.scale_rule == QK_MX_SCALE_RCEIL) {
-                            /* RCEIL never saturates the block maximum: its scaled value is at most
-                               the midpoint above max (so rounding, not clipping, made max) */
-                            const double v = fabs(ldexp(x[b * 32 + b % 32], 127 - s[b]));
-                            const fmt *f = fmt_of(o.elem);
-                            const double top = f->table[f->maxcode], step = top - f->table[f->maxcode - 1];
-                            CHECK(s[b] == 0 || v <= top + step / 2, "RCEIL block max %g scaled past max", v);
-                        }
-                    }
+    const float bases[4] = {1.0f, 448.0f, 512.0f, 57344.0f};
+    for (int oi = 0; oi < 8; oi++) {
+        const qk_mx_options o = make_opt(oi & 1, (oi >> 1) & 1, (oi >> 2) & 1);
+        const fmt *f = fmt_of(o.elem);
+        for (int rep = 0; rep < 12; rep++) {
+            for (int b = 0; b < NB; b++) {
+                const int ex = -149 + (int)(qk_rand_u64(&st) % 280);
+                float amax = ldexpf(bases[b % 4], ex - (b % 4 == 3 ? 15 : b % 4 ? 8 : 0));
+                for (int u = (b / 4) % 7 - 3; u != 0; u += u < 0 ? 1 : -1)
+                    amax = nextafterf(amax, u < 0 ? 0.0f : INFINITY);
+                if (!(amax <= FLT_MAX)) amax = FLT_MAX;
+                if (amax == 0.0f) amax = FLT_TRUE_MIN;
+                for (int i = 0; i < 32; i++) x[b * 32 + i] = amax * (float)qk_rand_uniform(&st, -1.0, 1.0);
+                x[b * 32 + (b * 7) % 32] = (b & 16) ? -amax : amax;
+            }
+            fn(x, QK_DTYPE_F32, K, &o, q, s);
+            t_quantize_row(x, QK_DTYPE_F32, K, &o, eq, es);
+            for (int b = 0; b < NB; b++) {
+                const float amax = fabsf(x[b * 32 + (b * 7) % 32]);
+                CHECK(s[b] == es[b], "%s %s block amax %a: scale 0x%02x want 0x%02x", who, opt_str(&o),
+                      (double)amax, s[b], es[b]);
+                CHECK(!memcmp(q + b * 32, eq + b * 32, 32), "%s %s block amax %a: elements differ", who,
+                      opt_str(&o), (double)amax);
+                if (o.scale_rule == QK_MX_SCALE_RCEIL && s[b] > 0) {
+                    /* RCEIL never saturates the block maximum: scaled, it is at most the
+                       midpoint above max, so rounding (not clipping) gives max */
+                    const double v = ldexp(amax, 127 - s[b]);
+                    const double top = f->table[f->maxcode], step = top - f->table[f->maxcode - 1];
+                    CHECK(v <= top + step / 2, "RCEIL block max %g scaled past max", v);
                 }
             }
+        }
+    }
+}
+
+static void test_scale_rules_through_quantize(void)
+{
+    for (int pi = 0; qk_all_providers[pi]; pi++) {
+        const qk_provider_set *p = qk_all_providers[pi];
+        if (!p->ops.mx_quantize.fn) continue;
+        if (!cpu_has(p)) {
+            qk_test_skip(p->name, "this CPU lacks the provider's instructions");
+            continue;
+        }
+        check_boundary_rows(p->ops.mx_quantize.fn, p->name);
+    }
+    /* and the public API on a few rows of one block each */
+    float x[4 * 32];
+    uint8_t q[4 * 32], s[4];
+    const float amax[4] = {448.0f, nextafterf(448.0f, INFINITY), 512.0f, 0x1p-130f};
+    for (int b = 0; b < 4; b++)
+        for (int i = 0; i < 32; i++) x[b * 32 + i] = i == 3 ? amax[b] : amax[b] / 64.0f;
+    int64_t shp[2] = {4, 32}, sshp[2] = {4, 1};
+    qk_tensor tx = qk_tensor_make(x, QK_DTYPE_F32, 2, shp);
+    qk_tensor tq = qk_tensor_make(q, QK_DTYPE_F8_E4M3, 2, shp);
+    qk_tensor ts = qk_tensor_make(s, QK_DTYPE_E8M0, 2, sshp);
+    const qk_mx_options o = make_opt(0, 1, 0);
+    CHECK(qk_mx_quantize(&tx, &o, &tq, &ts) == QK_OK, "%s", qk_last_error());
+    for (int b = 0; b < 4; b++)
+        CHECK(s[b] == t_scale(amax[b], QK_MX_SCALE_RCEIL, &E4M3), "API RCEIL amax %a: 0x%02x", (double)amax[b], s[b]);
+    CHECK(s[0] == 127 && s[1] == 128 && s[2] == 128, "RCEIL 448 -> 2^0, 448+ulp and 512 -> 2^1");
 }
 
 static void test_floor_saturates_448_to_512(void)

@@ -1,5 +1,6 @@
 /* Target `x86-64-v3` (AVX2, FMA, F16C): the reference table with these overrides.
  *   norm family -> avx2 (8-lane f32 with double-accumulated sums of squares)
+ *   mx ops -> avx2 (BF16->E4M3: 7.8 Gelem/s per thread vs ref 0.08; Zen 5)
  * gemma_rms_norm is a native (1 + w) kernel: see x86-64-v4.c for the measurement. */
 #include "internal.h"
 #include "ref/ref.h"
@@ -12,9 +13,9 @@ const qk_target_table qk_target_table_built = {
     .cpu_features = QK_CPU_AVX2 | QK_CPU_FMA | QK_CPU_F16C,
     .ops = {
         .norm = {NORM_AVX2, NORM_AVX2, NORM_AVX2, NORM_AVX2, NORM_AVX2},
-        .mx_quantize = {NULL, NULL},
-        .mx_dequantize = {NULL, NULL},
-        .mx_pack_scale_pairs = NULL,
+        .mx_quantize = {"avx2", qk_mx_quantize_row_avx2},
+        .mx_dequantize = {"avx2", qk_mx_dequantize_row_avx2},
+        .mx_pack_scale_pairs = "ref",
         .mxfp8_linear = &qk_linear_avx2,    /* avx2 f32 FMA (measurement: see bench linear) */
     },
 };

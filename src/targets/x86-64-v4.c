@@ -2,6 +2,7 @@
  * overrides.
  *   norm family -> avx512 (16-lane f32, masked tails, no AVX512-BF16: its vcvtneps2bf16
  *                  flushes subnormals, so BF16 is rounded with integer RNE instead)
+ *   mx ops -> avx512 (BF16->E4M3: 15.8 Gelem/s per thread vs avx2 7.8, ref 0.08; Zen 5)
  * gemma_rms_norm: native (1 + w) kernel (decision measured with `qk bench norm`). */
 #include "internal.h"
 #include "ref/ref.h"
@@ -15,9 +16,9 @@ const qk_target_table qk_target_table_built = {
                     QK_CPU_AVX512VL | QK_CPU_AVX512DQ | QK_CPU_AVX512BF16,
     .ops = {
         .norm = {NORM_AVX512, NORM_AVX512, NORM_AVX512, NORM_AVX512, NORM_AVX512},
-        .mx_quantize = {NULL, NULL},
-        .mx_dequantize = {NULL, NULL},
-        .mx_pack_scale_pairs = NULL,
+        .mx_quantize = {"avx512", qk_mx_quantize_row_avx512},
+        .mx_dequantize = {"avx512", qk_mx_dequantize_row_avx512},
+        .mx_pack_scale_pairs = "ref",
         .mxfp8_linear = &qk_linear_avx512,  /* avx512 vdpbf16ps GEMV/GEMM (measurement: bench linear) */
     },
 };

@@ -9,9 +9,9 @@ const qk_provider_set qk_provider_avx2 = {
     .cpu_features = QK_CPU_AVX2 | QK_CPU_FMA | QK_CPU_F16C,
     .ops = {
         .norm = {NORM_AVX2, NORM_AVX2, NORM_AVX2, NORM_AVX2, NORM_AVX2},
-        .mx_quantize = {NULL, NULL},
-        .mx_dequantize = {NULL, NULL},
-        .mx_pack_scale_pairs = NULL,
+        .mx_quantize = {"avx2", qk_mx_quantize_row_avx2},
+        .mx_dequantize = {"avx2", qk_mx_dequantize_row_avx2},
+        .mx_pack_scale_pairs = "ref",
         .mxfp8_linear = &qk_linear_avx2,
     },
 };

@@ -10,9 +10,9 @@ const qk_provider_set qk_provider_avx512 = {
                     QK_CPU_AVX512VL | QK_CPU_AVX512DQ | QK_CPU_AVX512BF16,
     .ops = {
         .norm = {NORM_AVX512, NORM_AVX512, NORM_AVX512, NORM_AVX512, NORM_AVX512},
-        .mx_quantize = {NULL, NULL},
-        .mx_dequantize = {NULL, NULL},
-        .mx_pack_scale_pairs = NULL,
+        .mx_quantize = {"avx512", qk_mx_quantize_row_avx512},
+        .mx_dequantize = {"avx512", qk_mx_dequantize_row_avx512},
+        .mx_pack_scale_pairs = "ref",
         .mxfp8_linear = &qk_linear_avx512,
     },
 };
