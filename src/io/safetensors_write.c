@@ -136,8 +136,8 @@ qk_status qk_st_writer_declare(qk_st_writer *w, const char *name, const char *dt
             return qk_fail(QK_ERR_SHAPE, "%s: " QK_NAME_FMT ": dim %d is negative", who, name, i);
         if (shape[i] == 0) zero = true;
     }
-    for (int32_t i = 0; i < ndim && !zero; i++)
-        if (!qk_mul_u64(numel, (uint64_t)shape[i], &numel))
+    for (int32_t i = 0; i < ndim; i++)
+        if (shape[i] && (!qk_mul_u64(numel, (uint64_t)shape[i], &numel) || numel > INT64_MAX))
             return qk_fail(QK_ERR_SHAPE, "%s: " QK_NAME_FMT ": element count overflows", who, name);
     if (zero) numel = 0;
     if (!qk_mul_u64(numel, dt->size, &nbytes) || nbytes > (uint64_t)INT64_MAX)

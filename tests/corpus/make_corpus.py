@@ -192,6 +192,14 @@ def single_files():
     header_file("shape_count_overflow.safetensors",
                 b'{"w":{"dtype":"U8","shape":[4294967296,4294967296,2],"data_offsets":[0,0]}}')
     expect("shape_count_overflow.safetensors", "open", E, 'tensor "w": the element count of its shape overflows 64 bits')
+    # found by the fuzzer: a zero-size tensor whose other dims overflow (its strides would)
+    header_file("shape_zero_dim_overflow.safetensors",
+                b'{"w":{"dtype":"U8","shape":[4294967296,4294967296,0],"data_offsets":[0,0]}}')
+    expect("shape_zero_dim_overflow.safetensors", "open", E,
+           'tensor "w": the product of the non-zero dims of its shape overflows 64 bits')
+    header_file("shape_zero_dim_overflow_i64.safetensors",
+                b'{"w":{"dtype":"U8","shape":[0,4611686018427387904,2],"data_offsets":[0,0]}}')
+    expect("shape_zero_dim_overflow_i64.safetensors", "open", E, "product of the non-zero dims of its shape overflows")
     header_file("shape_bytes_overflow.safetensors",
                 b'{"w":{"dtype":"F64","shape":[2305843009213693952,2],"data_offsets":[0,0]}}')
     expect("shape_bytes_overflow.safetensors", "open", E, "x F64 size (8 bytes) overflows 64 bits")

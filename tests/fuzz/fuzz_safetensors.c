@@ -2,7 +2,7 @@
  * JSON header followed by its data buffer), the ModelSlim description parser and the
  * shard-index parser. Every view of an accepted file is read end to end, so an accepted
  * out-of-bounds view shows up under AddressSanitizer. */
-#include "io_internal.h"
+#include "io/io_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
