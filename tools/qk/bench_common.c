@@ -689,6 +689,13 @@ const char *qkb_cpu_model(void)
     return model;
 }
 
+double qkb_loadavg(void)
+{
+    char buf[128];
+    if (!read_line("/proc/loadavg", buf, sizeof buf)) return NAN;
+    return strtod(buf, NULL);
+}
+
 void qkb_json_environment(qkb_json *j, const qkb_options *opt)
 {
     char when[64];
@@ -702,6 +709,7 @@ void qkb_json_environment(qkb_json *j, const qkb_options *opt)
     qkb_json_int(j, "cores", sysconf(_SC_NPROCESSORS_ONLN));
     qkb_json_int(j, "llc_bytes", (int64_t)qkb_llc_bytes());
     qkb_json_int(j, "threads", qk_get_num_threads());
+    qkb_json_num(j, "loadavg_1min_at_end", qkb_loadavg());
     qkb_json_end(j);
     qkb_json_object(j, "library");
     qkb_json_str(j, "version", qk_version());

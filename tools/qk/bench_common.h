@@ -166,6 +166,9 @@ void qkb_json_bandwidth(qkb_json *j, const char *key, const qkb_bandwidth *b);
 
 /* CPU model name (/proc/cpuinfo "model name"), e.g. "AMD EPYC". */
 const char *qkb_cpu_model(void);
+/* The 1-minute load average (/proc/loadavg), NaN when unknown: a run on a machine busy
+   with other work (load well above 0) gives noisy figures, and should say so. */
+double qkb_loadavg(void);
 
 /* ---- SVG plot (log-log), written by the tool itself ---- */
 typedef struct qkb_series {

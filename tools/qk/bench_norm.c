@@ -62,6 +62,7 @@ typedef struct bench {
     int staged[NOPS];                  /* index into prov, -1 when not runnable */
     cell *cells;
     int ncells;
+    double load0;                      /* load average when the run started */
 } bench;
 
 /* ---- buffers of one cell ---- */
@@ -594,6 +595,7 @@ static bool write_json(const bench *bn, const comparison *cmp, int ncmp, const s
     qkb_json_str(&j, "residency_rule", "DRAM when the footprint exceeds LLC/2; then buffers "
                  "rotate so that >= 2 x LLC is touched before a set repeats");
     qkb_json_num(&j, "timer_overhead_s", timer);
+    qkb_json_num(&j, "loadavg_1min_at_start", bn->load0);
     qkb_json_end(&j);
     qkb_json_array(&j, "providers");
     for (int p = 0; p < bn->np; p++) qkb_json_str(&j, NULL, bn->prov[p]->name);
@@ -784,9 +786,11 @@ int qk_bench_norm(int argc, char **argv)
 
     const double timer = qkb_timer_overhead();
     char b1[32], b2[32];
-    printf("qk bench norm: target %s, %d threads, CPU %s, LLC %s, timer overhead %s per call\n",
-           qk_target(), qk_get_num_threads(), qkb_cpu_model(),
-           qkb_fmt_bytes(b1, sizeof b1, (double)qkb_llc_bytes()), qkb_fmt_time(b2, sizeof b2, timer));
+    const double load0 = bn.load0 = qkb_loadavg();
+    printf("qk bench norm: target %s, %d threads, CPU %s, LLC %s, timer overhead %s per call, "
+           "load average %.2f\n", qk_target(), qk_get_num_threads(), qkb_cpu_model(),
+           qkb_fmt_bytes(b1, sizeof b1, (double)qkb_llc_bytes()), qkb_fmt_time(b2, sizeof b2, timer),
+           load0);
     printf("providers:");
     for (int p = 0; p < bn.np; p++) printf(" %s", bn.prov[p]->name);
     printf("; staged: gemma_rms_norm %s, add_gemma_rms_norm %s\n",
@@ -909,8 +913,12 @@ int qk_bench_norm(int argc, char **argv)
         for (int o = 0; o < NOPS; o++) comp_bad += !bn.cells[i].comp_agrees[o];
     if (comp_bad) printf("  composite differs from the staged provider by > 2 ulp in %d runs\n", comp_bad);
     else printf("  composite agrees with the staged provider within 2 ulp: yes, every cell\n");
-    printf("  (%.0f s; the machine is shared: absolute times drift, ratios within one run hold)\n",
-           qkb_now() - t_start);
+    const double load1 = qkb_loadavg();
+    printf("  (%.0f s; load average %.2f at the start, %.2f at the end%s)\n", qkb_now() - t_start,
+           load0, load1,
+           fmax(load0, load1) > 0.5 * qk_get_num_threads()
+               ? ": other work shared the cores, so the figures are noisy"
+               : "; absolute times drift between runs, ratios within one run hold");
 
     int status = 0;
     if (bn.opt.json) {
