@@ -3,12 +3,18 @@
  * block sum is scaled by 2^(sx + sw - 254) with one rounding (ldexpf), and the scaled block
  * sums are added in groups of 16 blocks, so that every output's f32 summation depth stays
  * at most 32 + 16 + kb/16 (well inside the spec's 2^-16 relative bound). */
+#if defined(__linux__) && !defined(_DEFAULT_SOURCE)
+#define _DEFAULT_SOURCE 1 /* madvise */
+#endif
 #include "ref/linear_ref.h"
 
 #include "ref/mx_ref.h"
 
 #include <math.h>
 #include <stdlib.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #define GROUP_BLOCKS 16
 
@@ -19,6 +25,18 @@ void *qk_linear_alloc(size_t bytes)
 }
 
 void qk_linear_free(void *p) { free(p); }
+
+void *qk_linear_alloc_weights(size_t bytes)
+{
+    const size_t huge = (size_t)2 << 20;
+    if (bytes < huge) return qk_linear_alloc(bytes);
+    bytes = (bytes + huge - 1) & ~(huge - 1);
+    void *p = aligned_alloc(huge, bytes);
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (p) (void)madvise(p, bytes, MADV_HUGEPAGE); /* best effort: fewer TLB misses */
+#endif
+    return p;
+}
 
 static int64_t round_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
 

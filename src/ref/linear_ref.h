@@ -28,5 +28,8 @@ QK_HIDDEN void qk_linear_act_free(qk_linear_act *a);
 /* 64-byte aligned allocation (NULL on failure) and its release. */
 QK_HIDDEN void *qk_linear_alloc(size_t bytes);
 QK_HIDDEN void qk_linear_free(void *p);
+/* The same for a prepared weight: 2 MiB aligned and advised to use huge pages when large
+   (streams through the weight then cross no 4 KiB page boundaries); qk_linear_free. */
+QK_HIDDEN void *qk_linear_alloc_weights(size_t bytes);
 
 #endif

@@ -46,7 +46,7 @@ static qk_status avx2_prepare(qk_mx_weight *w, const uint8_t *q, int64_t qs, con
     l->kbp = (kb + SB_BLOCKS - 1) / SB_BLOCKS * SB_BLOCKS;
     l->tile_bytes = l->kbp / SB_BLOCKS * SB_BYTES;
     size_t cb = (size_t)(l->tiles * l->tile_bytes);
-    l->codes = (uint8_t *)qk_linear_alloc(cb);
+    l->codes = (uint8_t *)qk_linear_alloc_weights(cb);
     if (!l->codes) {
         free(l);
         return QK_ERR_NOMEM;
