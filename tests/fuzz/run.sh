@@ -10,9 +10,11 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 build="$root/build-fuzz"
 jobs=${QK_FUZZ_JOBS:-2}
 command -v clang >/dev/null 2>&1 || { echo "tests/fuzz/run.sh: clang is required" >&2; exit 1; }
+mkdir -p "$build"
+log="$build/build.log"
 CC=clang cmake -S "$root" -B "$build" -DQK_FUZZ=ON -DQK_SANITIZE=ON -DQK_BUILD_TESTS=OFF \
-    -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$build.log" 2>&1 || { cat "$build.log"; exit 1; }
-cmake --build "$build" -j "$jobs" --target fuzz_safetensors >>"$build.log" 2>&1 || { cat "$build.log"; exit 1; }
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$log" 2>&1 || { cat "$log"; exit 1; }
+cmake --build "$build" -j "$jobs" --target fuzz_safetensors >>"$log" 2>&1 || { cat "$log"; exit 1; }
 mkdir -p "$build/corpus" "$build/artifacts"
 # the seeds: every file of the committed corpus (folders' files too), flattened
 find "$root/tests/corpus/safetensors" -type f ! -name EXPECTED.txt | while read -r f; do
