@@ -2,9 +2,9 @@
 ml_dtypes (float8_e4m3fn, float8_e5m2, float8_e8m0fnu) for the element and scale formats, and
 against a NumPy implementation of the FLOOR / RCEIL scale rules written here.
 
-The library is found through the QK_LIB environment variable, else
-../../build/libqkern.so relative to this file; the module is skipped only when that file is
-missing. ml_dtypes' float -> float8 casts round to nearest even; its float8_e4m3fn cast turns
+The library is found through the QK_LIB environment variable, else $QK_BUILD/libqkern.so
+(the variable `make test` sets), else ../../build/libqkern.so relative to this file; the
+module is skipped only when that file is missing. ml_dtypes' float -> float8 casts round to nearest even; its float8_e4m3fn cast turns
 magnitudes past the rounding range into NaN instead of saturating, so element casts are
 compared only in range and saturation is tested on its own.
 """
@@ -17,7 +17,8 @@ import pytest
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-LIB_PATH = os.environ.get("QK_LIB", os.path.join(HERE, "..", "..", "build", "libqkern.so"))
+LIB_PATH = os.environ.get("QK_LIB") or os.path.join(
+    os.environ.get("QK_BUILD") or os.path.join(HERE, "..", "..", "build"), "libqkern.so")
 if not os.path.exists(LIB_PATH):
     pytest.skip(f"library not found: {LIB_PATH} (build it, or set QK_LIB)", allow_module_level=True)
 
