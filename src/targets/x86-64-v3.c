@@ -16,6 +16,6 @@ const qk_target_table qk_target_table_built = {
         .mx_quantize = {"avx2", qk_mx_quantize_row_avx2},
         .mx_dequantize = {"avx2", qk_mx_dequantize_row_avx2},
         .mx_pack_scale_pairs = "ref",
-        .mxfp8_linear = &qk_linear_avx2,    /* avx2 f32 FMA (measurement: see bench linear) */
+        .mxfp8_linear = &qk_linear_avx2,    /* avx2 f32 FMA: 5-11x ref at M = 1 (qk bench linear) */
     },
 };

