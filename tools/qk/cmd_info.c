@@ -4,6 +4,7 @@
 #include "qk_tool.h"
 
 #include "internal.h"
+#include "qkern_serve.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -60,5 +61,7 @@ int qk_cmd_info(int argc, char **argv)
         }
         printf("%s\n", any ? "" : " -");
     }
+    printf("\n");
+    qk_serve_print_registry(stdout);
     return 0;
 }

@@ -13,6 +13,7 @@ static const struct {
     {"bench", qk_cmd_bench, "norm|linear|quant|all [--json FILE] [--plot FILE.svg]"},
     {"inspect", qk_cmd_inspect, "PATH [--json]: tensors, MXFP8 linears, checkpoint problems"},
     {"quantize", qk_cmd_quantize, "IN OUT_DIR [options]: write a ModelSlim W8A8_MXFP8 folder"},
+    {"demo", qk_cmd_demo, "[--model DIR]: Qwen3.5 MLP blocks from a ModelSlim folder, checked"},
 };
 
 static int usage(FILE *f)

@@ -7,5 +7,6 @@ int qk_cmd_info(int argc, char **argv);
 int qk_cmd_bench(int argc, char **argv);   /* bench norm|linear|quant|all */
 int qk_cmd_inspect(int argc, char **argv);  /* inspect PATH [--json] (cmd_inspect.c) */
 int qk_cmd_quantize(int argc, char **argv); /* quantize IN OUT_DIR (cmd_quantize.c) */
+int qk_cmd_demo(int argc, char **argv);     /* demo [--model DIR] (cmd_demo.c) */
 
 #endif
