@@ -253,20 +253,23 @@ INLINE void gemv_block(const int MM, const int TT, const int A, const int exact,
                        __m512 acc[GEMV_MAX_M][4][2], const uint8_t *const blk[4],
                        const uint16_t *const xj[GEMV_MAX_M], __m512i m87f0, __m512i sub)
 {
-    for (int c = 0; c < 8; c++) {
-        __m512i lo[4], hi[4];
-        for (int t = 0; t < TT; t++) {
-            _mm_prefetch((const char *)blk[t] + 64 * c + GEMV_PREFETCH, _MM_HINT_T0);
-            __m512i v = _mm512_loadu_si512(blk[t] + 64 * c);
-            lo[t] = exact ? dec_lo_exact(v, m87f0, sub) : dec_lo_pure(v, m87f0);
-            hi[t] = exact ? dec_hi_exact(v, m87f0, sub) : dec_hi_pure(v, m87f0);
+    /* accumulator indices must be compile-time constants (or acc lives in memory) */
+    for (int c0 = 0; c0 < 8; c0 += A)
+        for (int a = 0; a < A; a++) {
+            const int c = c0 + a;
+            __m512i lo[4], hi[4];
+            for (int t = 0; t < TT; t++) {
+                _mm_prefetch((const char *)blk[t] + 64 * c + GEMV_PREFETCH, _MM_HINT_T0);
+                __m512i v = _mm512_loadu_si512(blk[t] + 64 * c);
+                lo[t] = exact ? dec_lo_exact(v, m87f0, sub) : dec_lo_pure(v, m87f0);
+                hi[t] = exact ? dec_hi_exact(v, m87f0, sub) : dec_hi_pure(v, m87f0);
+            }
+            for (int m = 0; m < MM; m++) {
+                __m512 xa = bcast_pair(xj[m] + 4 * c), xb = bcast_pair(xj[m] + 4 * c + 2);
+                for (int t = 0; t < TT; t++) acc[m][t][a] = dp(acc[m][t][a], lo[t], xa);
+                for (int t = 0; t < TT; t++) acc[m][t][a] = dp(acc[m][t][a], hi[t], xb);
+            }
         }
-        for (int m = 0; m < MM; m++) {
-            __m512 xa = bcast_pair(xj[m] + 4 * c), xb = bcast_pair(xj[m] + 4 * c + 2);
-            for (int t = 0; t < TT; t++) acc[m][t][c % A] = dp(acc[m][t][c % A], lo[t], xa);
-            for (int t = 0; t < TT; t++) acc[m][t][c % A] = dp(acc[m][t][c % A], hi[t], xb);
-        }
-    }
 }
 
 INLINE void gemv_tiles(const gemv_job *g, int64_t t0, const int MM, const int TT, const int A)
