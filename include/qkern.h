@@ -122,7 +122,10 @@ QK_API qk_status qk_mx_pack_scale_pairs(const qk_tensor *scale, qk_tensor *packe
 
 /* A weight prepared for the linear: created once after loading, read-only after that,
    safe to share between threads. The library copies q and scale into its own internal
-   layout; the caller's buffers may be freed after create returns. */
+   layout; the caller's buffers may be freed after create returns. scale may also have
+   dtype U8 (checkpoints store E8M0 bytes as U8): the bytes mean the same. A 0xFF scale or
+   an E4M3 NaN code (0x7F/0xFF) is QK_ERR_FORMAT naming the row and block / element;
+   scale's shape must be [N, ceil(K/32)] exactly. */
 typedef struct qk_mx_weight qk_mx_weight;
 QK_API qk_status qk_mx_weight_create(const qk_tensor *q /* [N, K] F8_E4M3 */,
                                      const qk_tensor *scale /* [N, ceil(K/32)] E8M0 */,
@@ -133,7 +136,10 @@ QK_API int64_t   qk_mx_weight_n(const qk_mx_weight *w);
 QK_API int64_t   qk_mx_weight_k(const qk_mx_weight *w);
 
 /* out[..., N] = W8A8 linear of x[..., K] (x quantized per row per 32-block on the fly),
-   plus bias [N] F32 when bias is not NULL. out dtype: x's dtype or F32. */
+   plus bias [N] F32 when bias is not NULL. out dtype: x's dtype or F32.
+   Accuracy (mxfp8.md): |out - exact| <= 2^-16 * sum |scaled terms| + 1 ulp of out's dtype,
+   x's quantization bit for bit qk_mx_quantize's (defaults); NaN/Inf in a row of x makes
+   that row's outputs NaN; results do not depend on the thread count. */
 QK_API qk_status qk_mxfp8_linear(const qk_tensor *x, const qk_mx_weight *w,
                                  const qk_tensor *bias, qk_tensor *out);
 
