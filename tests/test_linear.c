@@ -63,8 +63,9 @@ typedef struct wdata {
     uint8_t *q, *s;
 } wdata;
 
-/* Codes from quantizing random weights (qk_mx_quantize), every 5th row replaced by random
-   non-NaN codes (subnormals included), a zero block here and there. */
+/* Codes from quantizing random weights (qk_mx_quantize), rows 2, 39, 76, ... replaced by
+   random non-NaN codes (subnormals included: tiles holding one take a provider's exact
+   decode, the others its fast one), a zero block here and there. */
 static void wdata_make(wdata *w, int64_t N, int64_t K, uint64_t seed)
 {
     uint64_t rng = seed * 0x9E3779B97F4A7C15ull + 1;
@@ -81,7 +82,7 @@ static void wdata_make(wdata *w, int64_t N, int64_t K, uint64_t seed)
         qk_status r = quantize_rows(row, QK_DTYPE_F32, 1, K, w->q + n * K, w->s + n * w->kb);
         CHECK(r == QK_OK, "qk_mx_quantize for the weights: %s (%s)", qk_status_name(r),
               qk_last_error());
-        if (n % 5 == 2) {
+        if (n % 37 == 2) {
             for (int64_t k = 0; k < K; k++) {
                 uint8_t c = (uint8_t)qk_rand_u64(&rng);
                 if ((c & 0x7F) == 0x7F) c ^= 1;
@@ -424,6 +425,25 @@ static void test_linear_extreme_scales(void)
     }
 }
 
+/* Many rows: several row chunks of a provider's many-row path, with every tail. */
+static void test_linear_many_rows(void)
+{
+    for (int pi = 0; qk_all_providers[pi]; pi++) {
+        const qk_provider_set *p = qk_all_providers[pi];
+        if (!p->ops.mxfp8_linear) continue;
+        if (!provider_runs(p)) { qk_test_skip(p->name, "CPU lacks its instructions"); continue; }
+        wdata w;
+        wdata_make(&w, 53, 70, 4321);
+        qk_mx_weight *mw = wcreate(p, &w, 0);
+        if (mw) {
+            check_call(p, &w, mw, 1031, QK_DTYPE_BF16, QK_DTYPE_F32, 1, 0, 11, 1, "many rows");
+            check_call(p, &w, mw, 517, QK_DTYPE_F16, QK_DTYPE_F16, 0, 1, 12, 0, "many rows");
+        }
+        qk_mx_weight_destroy(mw);
+        wdata_free(&w);
+    }
+}
+
 /* NaN/Inf in a row of x makes that row's output NaN; other rows are unaffected. Both the
    few-row and the many-row paths. */
 static void test_linear_nan_rows(void)
@@ -650,6 +670,7 @@ int main(void)
     RUN(test_linear_formula_bound);
     RUN(test_linear_vision_mlp_shapes);
     RUN(test_linear_extreme_scales);
+    RUN(test_linear_many_rows);
     RUN(test_linear_nan_rows);
     RUN(test_linear_threads_bit_identical);
     return qk_test_finish();
