@@ -18,6 +18,15 @@ typedef struct corpus_case {
 } corpus_case;
 
 /* Reads the manifest; returns the number of cases (0 when it cannot be read). */
+/* dst = src, cut to fit (a corpus manifest field longer than its slot is truncated). */
+static inline void copy_field(char *dst, size_t size, const char *src)
+{
+    size_t l = strlen(src);
+    if (l >= size) l = size - 1;
+    memcpy(dst, src, l);
+    dst[l] = 0;
+}
+
 static inline size_t corpus_load(corpus_case **out)
 {
     FILE *f = fopen(CORPUS_DIR "/EXPECTED.txt", "r");
@@ -42,10 +51,10 @@ static inline size_t corpus_load(corpus_case **out)
             v = realloc(v, cap * sizeof *v);
             if (!v) { fclose(f); return 0; }
         }
-        snprintf(v[n].path, sizeof v[n].path, "%s", fields[0]);
-        snprintf(v[n].check, sizeof v[n].check, "%s", fields[1]);
-        snprintf(v[n].expect, sizeof v[n].expect, "%s", fields[2]);
-        snprintf(v[n].substring, sizeof v[n].substring, "%s", strcmp(fields[3], "-") ? fields[3] : "");
+        copy_field(v[n].path, sizeof v[n].path, fields[0]);
+        copy_field(v[n].check, sizeof v[n].check, fields[1]);
+        copy_field(v[n].expect, sizeof v[n].expect, fields[2]);
+        copy_field(v[n].substring, sizeof v[n].substring, strcmp(fields[3], "-") ? fields[3] : "");
         n++;
     }
     fclose(f);

@@ -269,7 +269,7 @@ const char *qk_cpu_feature_name(unsigned bit)
 
 static pthread_mutex_t qk_init_lock = PTHREAD_MUTEX_INITIALIZER;
 static int qk_init_state = -1; /* -1 not run, else the qk_status it gave */
-static char qk_init_msg[256];
+static char qk_init_msg[512]; /* holds the target name, up to 160 of feature list and the advice */
 
 qk_status qk_init(void)
 {
