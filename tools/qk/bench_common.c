@@ -127,6 +127,44 @@ qkb_stats qkb_time_calls(qkb_call_fn fn, void *ctx, int warmup, int reps)
     return qkb_time_calls_capped(fn, ctx, warmup, reps, INFINITY, reps);
 }
 
+void qkb_time_interleaved(qkb_variant *v, int n)
+{
+    int rounds = 0;
+    double **t = calloc((size_t)(n > 0 ? n : 1), sizeof(double *));
+    int *got = calloc((size_t)(n > 0 ? n : 1), sizeof(int));
+    double *spent = calloc((size_t)(n > 0 ? n : 1), sizeof(double));
+    if (!t || !got || !spent) abort();
+    for (int k = 0; k < n; k++) {
+        if (v[k].warmup + v[k].reps > rounds) rounds = v[k].warmup + v[k].reps;
+        t[k] = malloc(sizeof(double) * (size_t)(v[k].reps > 0 ? v[k].reps : 1));
+        if (!t[k]) abort();
+    }
+    for (int r = 0; r < rounds; r++)
+        for (int k = 0; k < n; k++) {
+            const int start = rounds - (v[k].warmup + v[k].reps), i = r - start;
+            if (i < 0) continue;
+            const bool capped = v[k].max_seconds > 0 && got[k] >= v[k].min_reps &&
+                                spent[k] > v[k].max_seconds;
+            if (i < v[k].warmup) {
+                v[k].fn(v[k].ctx, i);
+            } else if (!capped) {
+                const double t0 = qkb_now();
+                v[k].fn(v[k].ctx, i);
+                const double d = qkb_now() - t0;
+                t[k][got[k]++] = d;
+                spent[k] += d;
+            }
+        }
+    for (int k = 0; k < n; k++) {
+        v[k].st = qkb_stats_of(t[k], got[k]);
+        v[k].st.warmup = v[k].warmup;
+        free(t[k]);
+    }
+    free(t);
+    free(got);
+    free(spent);
+}
+
 qkb_stats qkb_time_batched(qkb_call_fn fn, void *ctx, int warmup, int reps)
 {
     int64_t iter = 0;
