@@ -127,29 +127,43 @@ qkb_stats qkb_time_calls(qkb_call_fn fn, void *ctx, int warmup, int reps)
     return qkb_time_calls_capped(fn, ctx, warmup, reps, INFINITY, reps);
 }
 
-void qkb_time_interleaved(qkb_variant *v, int n)
+void qkb_time_interleaved(qkb_variant *v, int n, int block)
 {
+    if (block < 1) block = 1;
+    const size_t nn = (size_t)(n > 0 ? n : 1);
+    double **t = calloc(nn, sizeof(double *));
+    int *got = calloc(nn, sizeof(int)), *warm_turns = calloc(nn, sizeof(int));
+    int *turns = calloc(nn, sizeof(int)), *untimed = calloc(nn, sizeof(int));
+    int64_t *iter = calloc(nn, sizeof(int64_t));
+    double *spent = calloc(nn, sizeof(double));
+    if (!t || !got || !warm_turns || !turns || !untimed || !iter || !spent) abort();
     int rounds = 0;
-    double **t = calloc((size_t)(n > 0 ? n : 1), sizeof(double *));
-    int *got = calloc((size_t)(n > 0 ? n : 1), sizeof(int));
-    double *spent = calloc((size_t)(n > 0 ? n : 1), sizeof(double));
-    if (!t || !got || !spent) abort();
     for (int k = 0; k < n; k++) {
-        if (v[k].warmup + v[k].reps > rounds) rounds = v[k].warmup + v[k].reps;
+        warm_turns[k] = (v[k].warmup + block - 1) / block;
+        turns[k] = warm_turns[k] + (v[k].reps + block - 1) / block;
+        if (turns[k] > rounds) rounds = turns[k];
         t[k] = malloc(sizeof(double) * (size_t)(v[k].reps > 0 ? v[k].reps : 1));
         if (!t[k]) abort();
     }
     for (int r = 0; r < rounds; r++)
         for (int k = 0; k < n; k++) {
-            const int start = rounds - (v[k].warmup + v[k].reps), i = r - start;
-            if (i < 0) continue;
-            const bool capped = v[k].max_seconds > 0 && got[k] >= v[k].min_reps &&
-                                spent[k] > v[k].max_seconds;
-            if (i < v[k].warmup) {
-                v[k].fn(v[k].ctx, i);
-            } else if (!capped) {
+            const int turn = r - (rounds - turns[k]);
+            if (turn < 0) continue;
+            if (turn < warm_turns[k]) {
+                const int64_t left = v[k].warmup - (int64_t)turn * block;
+                for (int64_t c = 0; c < (left < block ? left : block); c++) v[k].fn(v[k].ctx, iter[k]++);
+                untimed[k] += (int)(left < block ? left : block);
+                continue;
+            }
+            const int want = v[k].reps - got[k] < block ? v[k].reps - got[k] : block;
+            if (want <= 0) continue;
+            if (v[k].max_seconds > 0 && got[k] >= v[k].min_reps && spent[k] > v[k].max_seconds)
+                continue;
+            v[k].fn(v[k].ctx, iter[k]++); /* brings the variant's data back into the caches */
+            untimed[k]++;
+            for (int c = 0; c < want; c++) {
                 const double t0 = qkb_now();
-                v[k].fn(v[k].ctx, i);
+                v[k].fn(v[k].ctx, iter[k]++);
                 const double d = qkb_now() - t0;
                 t[k][got[k]++] = d;
                 spent[k] += d;
@@ -157,11 +171,15 @@ void qkb_time_interleaved(qkb_variant *v, int n)
         }
     for (int k = 0; k < n; k++) {
         v[k].st = qkb_stats_of(t[k], got[k]);
-        v[k].st.warmup = v[k].warmup;
+        v[k].st.warmup = untimed[k];
         free(t[k]);
     }
     free(t);
     free(got);
+    free(warm_turns);
+    free(turns);
+    free(untimed);
+    free(iter);
     free(spent);
 }
 

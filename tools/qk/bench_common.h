@@ -54,21 +54,24 @@ qkb_stats qkb_time_calls(qkb_call_fn fn, void *ctx, int warmup, int reps);
    calls were timed (a guard for loaded machines); stats.reps says how many were. */
 qkb_stats qkb_time_calls_capped(qkb_call_fn fn, void *ctx, int warmup, int reps,
                                 double max_seconds, int min_reps);
-/* Several variants of one measurement (providers of one cell), timed interleaved: round
-   robin, one call of each variant per round, each call timed on its own. Load from other
-   processes then hits every variant alike, so their ratios hold on a shared machine. Each
-   variant makes its own warmup + reps calls (iter counts them from 0); variants with fewer
-   calls join the later rounds, so all timed phases end together. A variant stops timing
-   once its timed calls add up to max_seconds (0: no cap) and it has min_reps samples. */
+/* Several variants of one measurement (providers of one cell), timed interleaved: in turns,
+   round robin, each call timed on its own. A burst of load from other processes then hits
+   every variant alike, so their ratios hold on a shared machine. In its turn a variant makes
+   `block` calls: warm-up turns are untimed; a timed turn first makes one untimed call, so
+   the caches hold its data again after the other variants ran, then times `block` calls.
+   Each variant makes its own warmup + reps timed-or-not calls (iter counts every call from
+   0); variants with fewer turns join later, so all of them end together. A variant stops
+   timing once its timed calls add up to max_seconds (0: no cap) and it has min_reps
+   samples. st.warmup counts the untimed calls, st.reps the timed ones. */
 typedef struct qkb_variant {
     qkb_call_fn fn;
     void *ctx;
     int warmup, reps;
     double max_seconds;
     int min_reps;
-    qkb_stats st;            /* out: st.reps = calls actually timed */
+    qkb_stats st;            /* out */
 } qkb_variant;
-void qkb_time_interleaved(qkb_variant *v, int n);
+void qkb_time_interleaved(qkb_variant *v, int n, int block);
 /* As qkb_time_calls, but each sample times a batch of calls long enough (>= ~20 us) that
    the timer's own cost vanishes; the stats are per call. For limits, not for ops. */
 qkb_stats qkb_time_batched(qkb_call_fn fn, void *ctx, int warmup, int reps);
