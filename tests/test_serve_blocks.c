@@ -41,7 +41,7 @@ enum { M = 4 };
    dir/ms. Returns 0 on success. */
 static int quantized_folder(const qk_demo_model *dm, const char *dir, char *ms, size_t n)
 {
-    char bf16[600], cmd[2400];
+    char bf16[1024], cmd[2400];
     snprintf(bf16, sizeof bf16, "%s/model.safetensors", dir);
     snprintf(ms, n, "%s/ms", dir);
     if (qk_demo_model_write(dm, bf16) != QK_OK) return -1;
@@ -64,7 +64,7 @@ typedef bool (*edit_fn)(tensor_out *t, void *ctx);
 static int write_edited(const qk_st_set *src, const char *dst, edit_fn edit, void *ctx)
 {
     mkdir(dst, 0755);
-    char path[700];
+    char path[1024];
     snprintf(path, sizeof path, "%s/quant_model_weights.safetensors", dst);
     qk_st_writer *w = NULL;
     if (qk_st_writer_create(path, QK_ST_WRITE_REPLACE, &w) != QK_OK) return -1;
