@@ -752,6 +752,34 @@ double qkb_loadavg(void)
     return strtod(buf, NULL);
 }
 
+qkb_cpu_mark qkb_cpu_mark_now(void)
+{
+    qkb_cpu_mark m;
+    memset(&m, 0, sizeof m);
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    m.self = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    m.wall = qkb_now();
+    char buf[256];
+    unsigned long long v[8] = {0};
+    if (read_line("/proc/stat", buf, sizeof buf) &&
+        sscanf(buf, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+               &v[4], &v[5], &v[6], &v[7]) == 8) {
+        /* user nice system idle iowait irq softirq steal */
+        const double hz = (double)sysconf(_SC_CLK_TCK);
+        m.busy = (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / (hz > 0 ? hz : 100);
+        m.ok = true;
+    }
+    return m;
+}
+
+double qkb_other_load(const qkb_cpu_mark *a, const qkb_cpu_mark *b)
+{
+    if (!a->ok || !b->ok || b->wall <= a->wall) return NAN;
+    double other = (b->busy - a->busy) - (b->self - a->self);
+    return other > 0 ? other / (b->wall - a->wall) : 0.0;
+}
+
 void qkb_json_environment(qkb_json *j, const qkb_options *opt)
 {
     char when[64];
@@ -765,7 +793,7 @@ void qkb_json_environment(qkb_json *j, const qkb_options *opt)
     qkb_json_int(j, "cores", sysconf(_SC_NPROCESSORS_ONLN));
     qkb_json_int(j, "llc_bytes", (int64_t)qkb_llc_bytes());
     qkb_json_int(j, "threads", qk_get_num_threads());
-    qkb_json_num(j, "loadavg_1min_at_end", qkb_loadavg());
+    qkb_json_num(j, "loadavg_1min", qkb_loadavg());
     qkb_json_end(j);
     qkb_json_object(j, "library");
     qkb_json_str(j, "version", qk_version());

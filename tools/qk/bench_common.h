@@ -184,9 +184,15 @@ void qkb_json_bandwidth(qkb_json *j, const char *key, const qkb_bandwidth *b);
 
 /* CPU model name (/proc/cpuinfo "model name"), e.g. "AMD EPYC". */
 const char *qkb_cpu_model(void);
-/* The 1-minute load average (/proc/loadavg), NaN when unknown: a run on a machine busy
-   with other work (load well above 0) gives noisy figures, and should say so. */
+/* The 1-minute load average (/proc/loadavg), NaN when unknown. */
 double qkb_loadavg(void);
+/* How busy other processes kept the machine: take a mark before and after a run; the
+   average number of cores they used in between is the machine's busy time (/proc/stat,
+   steal included) less this process's CPU time, over the wall time. A run during which
+   others used a noticeable share (> 0.25 core) gives noisy figures and should say so. */
+typedef struct qkb_cpu_mark { double wall, self, busy; bool ok; } qkb_cpu_mark;
+qkb_cpu_mark qkb_cpu_mark_now(void);
+double qkb_other_load(const qkb_cpu_mark *before, const qkb_cpu_mark *after); /* NaN: unknown */
 
 /* ---- SVG plot (log-log), written by the tool itself ---- */
 typedef struct qkb_series {

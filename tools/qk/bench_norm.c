@@ -64,6 +64,7 @@ typedef struct bench {
     cell *cells;
     int ncells;
     double load0;                      /* load average when the run started */
+    double other_load;                 /* cores other processes kept busy during the run */
 } bench;
 
 /* ---- buffers of one cell ---- */
@@ -625,6 +626,7 @@ static bool write_json(const bench *bn, const comparison *cmp, int ncmp, const s
                  "rotate so that >= 2 x LLC is touched before a set repeats");
     qkb_json_num(&j, "timer_overhead_s", timer);
     qkb_json_num(&j, "loadavg_1min_at_start", bn->load0);
+    qkb_json_num(&j, "other_processes_cores_busy", bn->other_load);
     qkb_json_end(&j);
     qkb_json_array(&j, "providers");
     for (int p = 0; p < bn->np; p++) qkb_json_str(&j, NULL, bn->prov[p]->name);
@@ -834,6 +836,7 @@ int qk_bench_norm(int argc, char **argv)
     fflush(stdout);
 
     const double t_start = qkb_now();
+    const qkb_cpu_mark mark0 = qkb_cpu_mark_now();
     int ci = 0;
     for (int d = 0; d < 2; d++)
         for (int r = 0; r < nr; r++)
@@ -942,12 +945,12 @@ int qk_bench_norm(int argc, char **argv)
         for (int o = 0; o < NOPS; o++) comp_bad += !bn.cells[i].comp_agrees[o];
     if (comp_bad) printf("  composite differs from the staged provider by > 2 ulp in %d runs\n", comp_bad);
     else printf("  composite agrees with the staged provider within 2 ulp: yes, every cell\n");
-    const double load1 = qkb_loadavg();
-    printf("  (%.0f s; load average %.2f at the start, %.2f at the end%s)\n", qkb_now() - t_start,
-           load0, load1,
-           fmax(load0, load1) > 0.5 * qk_get_num_threads()
-               ? ": other work shared the cores, so the figures are noisy"
-               : "; absolute times drift between runs, ratios within one run hold");
+    const qkb_cpu_mark mark1 = qkb_cpu_mark_now();
+    bn.other_load = qkb_other_load(&mark0, &mark1);
+    printf("  (%.0f s; other processes kept %.2f cores busy on average%s)\n", qkb_now() - t_start,
+           bn.other_load,
+           !(bn.other_load <= 0.25) ? ": they shared the cores, so the figures are noisy"
+                                     : "; absolute times drift between runs, ratios within one run hold");
 
     int status = 0;
     if (bn.opt.json) {
