@@ -177,8 +177,7 @@ qk_status qk_mxfp8_linear_layer_process_weights_after_loading(qk_mxfp8_linear_la
     }
     qk_mx_weight *target = (qk_mx_weight *)(uintptr_t)qk_mx_linear_weight(l->io);
     qk_serve_weight_borrow(w, QK_BACKEND_TARGET, target);
-    if (ref_is_target && (want & QK_BACKEND_BIT(QK_BACKEND_REFERENCE)))
-        qk_serve_weight_borrow(w, QK_BACKEND_REFERENCE, target);
+    if (ref_is_target) qk_serve_weight_borrow(w, QK_BACKEND_REFERENCE, target);   /* one provider */
     l->w = w;
     qk_serve_ok();
     return QK_OK;

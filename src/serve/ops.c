@@ -218,10 +218,21 @@ qk_status qk_serve_weight_prepare(qk_serve_weight *w, const qk_tensor *q, const 
         }
         added |= QK_BACKEND_BIT(b);
     }
-    if (st != QK_OK)
+    if (st != QK_OK) {
         for (int b = QK_BACKEND_TARGET; b < QK_BACKEND_COUNT; b++)
             if (added & QK_BACKEND_BIT(b)) drop_handle(w, b);
-    return st;
+        return st;
+    }
+    /* where target and reference are one provider, one prepared weight serves both */
+    if (qk_serve_linear_impl(QK_BACKEND_TARGET) == qk_serve_linear_impl(QK_BACKEND_REFERENCE))
+        for (int b = QK_BACKEND_TARGET; b <= QK_BACKEND_REFERENCE; b++) {
+            const int o = b == QK_BACKEND_TARGET ? QK_BACKEND_REFERENCE : QK_BACKEND_TARGET;
+            if (!w->h[b] && w->h[o]) {
+                w->h[b] = w->h[o];
+                w->owned[b] = false;
+            }
+        }
+    return QK_OK;
 }
 
 qk_status qk_serve_weight_create(const qk_tensor *q, const qk_tensor *scale, unsigned backends,
