@@ -419,7 +419,7 @@ static void small_folder_loads(void)
     if (fm) {
         qk_st_info gi;
         CHECK(qk_st_set_find(qk_ms_tensors(fm), "model.layers.2.mlp.gate_up_proj.weight", &gi) == QK_OK &&
-              !qk_st_set_find(qk_ms_tensors(fm), "model.layers.2.mlp.up_proj.weight", &gi) == QK_OK, "fused folder");
+              qk_st_set_find(qk_ms_tensors(fm), "model.layers.2.mlp.up_proj.weight", &gi) != QK_OK, "fused folder");
         CHECK(qk_qwen35_text_mlp_create(&small_cfg, 2, NULL, &tf) == QK_OK, "create");
         CHECK(qk_qwen35_text_mlp_load(tf, qk_ms_tensors(fm)) == QK_OK, "%s", qk_last_error());
         CHECK(qk_qwen35_text_mlp_process_weights_after_loading(tf) == QK_OK, "%s", qk_last_error());
