@@ -247,6 +247,7 @@ typedef struct gemv_job {
     const act512 *x;
     int64_t m0;
     int MM, TT;
+    int64_t groups, chunk, next;   /* tile groups, handed out chunk by chunk */
 } gemv_job;
 
 INLINE void gemv_block(const int MM, const int TT, const int A, const int exact,
@@ -348,25 +349,42 @@ static void gemv_dispatch(const gemv_job *g, int64_t t0, int TT)
 #undef GT
 }
 
-static void gemv_range(const void *ctx, int64_t g0, int64_t g1)
+/* Threads take chunks of tile groups from a shared counter (a thread the OS preempts holds
+   up only its current chunk); which thread computes a tile never changes its result. */
+static void gemv_worker(const void *ctx, int64_t s0, int64_t s1)
 {
-    const gemv_job *g = (const gemv_job *)ctx;
+    gemv_job *g = (gemv_job *)(uintptr_t)ctx;
+    (void)s0;
+    (void)s1;
     const int64_t tiles = g->l->tiles;
-    for (int64_t grp = g0; grp < g1; grp++) {
-        const int64_t t0 = grp * g->TT;
-        const int64_t tt = tiles - t0 < g->TT ? tiles - t0 : g->TT;
-        gemv_dispatch(g, t0, (int)tt);
+    for (;;) {
+        const int64_t b = __atomic_fetch_add(&g->next, g->chunk, __ATOMIC_RELAXED);
+        if (b >= g->groups) break;
+        const int64_t e = g->groups - b < g->chunk ? g->groups : b + g->chunk;
+        for (int64_t grp = b; grp < e; grp++) {
+            const int64_t t0 = grp * g->TT;
+            const int64_t tt = tiles - t0 < g->TT ? tiles - t0 : g->TT;
+            gemv_dispatch(g, t0, (int)tt);
+        }
     }
 }
 
 static void run_gemv(const qk_linear_call *c, const avx512_layout *l, const act512 *x)
 {
     for (int64_t m0 = 0; m0 < c->M; m0 += GEMV_MAX_M) {
-        gemv_job g = {c, l, x, m0, 0, 0};
+        gemv_job g;
+        memset(&g, 0, sizeof g);
+        g.c = c;
+        g.l = l;
+        g.x = x;
+        g.m0 = m0;
         g.MM = (int)(c->M - m0 < GEMV_MAX_M ? c->M - m0 : GEMV_MAX_M);
         g.TT = gemv_tt(g.MM);
-        const int64_t groups = (l->tiles + g.TT - 1) / g.TT;
-        qk_parallel_for(groups, g.TT * l->tile_bytes, 192 << 10, gemv_range, &g);
+        g.groups = (l->tiles + g.TT - 1) / g.TT;
+        int64_t threads = g.groups * g.TT * l->tile_bytes < (192 << 10) ? 1 : qk_threads();
+        if (threads > g.groups) threads = g.groups;
+        g.chunk = g.groups / (threads * 8) > 1 ? g.groups / (threads * 8) : 1;
+        qk_parallel_for(threads, 1, 0, gemv_worker, &g);
     }
 }
 
@@ -375,7 +393,7 @@ typedef struct gemm_job {
     const qk_linear_call *c;
     const avx512_layout *l;
     const act512 *x;
-    int64_t panels, mchunks, items, slots;
+    int64_t panels, mchunks, items, slots, next;
     char *scratch;                 /* slots x slot_bytes */
     size_t slot_bytes;
 } gemm_job;
@@ -500,12 +518,15 @@ static void gemm_item(const gemm_job *g, int64_t item, char *scratch)
     }
 }
 
-static void gemm_slots(const void *ctx, int64_t s0, int64_t s1)
+/* Each thread (slot s0: its own scratch) takes work items from a shared counter. */
+static void gemm_worker(const void *ctx, int64_t s0, int64_t s1)
 {
-    const gemm_job *g = (const gemm_job *)ctx;
-    for (int64_t s = s0; s < s1; s++) {
-        const int64_t i0 = g->items * s / g->slots, i1 = g->items * (s + 1) / g->slots;
-        for (int64_t i = i0; i < i1; i++) gemm_item(g, i, g->scratch + (size_t)s0 * g->slot_bytes);
+    gemm_job *g = (gemm_job *)(uintptr_t)ctx;
+    (void)s1;
+    for (;;) {
+        const int64_t i = __atomic_fetch_add(&g->next, 1, __ATOMIC_RELAXED);
+        if (i >= g->items) break;
+        gemm_item(g, i, g->scratch + (size_t)s0 * g->slot_bytes);
     }
 }
 
@@ -528,7 +549,7 @@ static qk_status run_gemm(const qk_linear_call *c, const avx512_layout *l, const
     g.slot_bytes = (PANEL_WORDS * 2 + PANEL_EXPS * 4 + (size_t)mc * NB * 16 * 4 + 63) & ~(size_t)63;
     g.scratch = (char *)qk_linear_alloc(g.slot_bytes * (size_t)slots);
     if (!g.scratch) return QK_ERR_NOMEM;
-    qk_parallel_for(slots, 1, 0, gemm_slots, &g);
+    qk_parallel_for(slots, 1, 0, gemm_worker, &g);
     qk_linear_free(g.scratch);
     return QK_OK;
 }
