@@ -134,13 +134,13 @@ out:
 
 qk_status qk_serve_provider_load(const char *path)
 {
-    qk_serve_init();   /* QK_PROVIDER_LIB, if set, is loaded first */
+    qk_serve_init_implicit();   /* QK_PROVIDER_LIB, if set, is loaded first */
     return qk_serve_provider_load_path(path);
 }
 
 qk_status qk_serve_provider_unload(void)
 {
-    qk_serve_init();
+    qk_serve_init_implicit();
     pthread_mutex_lock(&lib_lock);
     qk_status st = QK_OK;
     if (!lib_info) {

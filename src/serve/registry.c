@@ -98,18 +98,27 @@ static void read_environment(void)
             snprintf(env_message, sizeof env_message, "QK_PROVIDER_LIB: %s", qk_last_error());
         }
     }
-    if (env_status != QK_OK) fprintf(stderr, "qkern: %s\n", env_message);
     qk_clear_error();
 }
+
+static int env_reported;   /* atomic: the environment's error was printed or returned */
 
 qk_status qk_serve_init(void)
 {
     pthread_once(&env_once, read_environment);
+    __atomic_store_n(&env_reported, 1, __ATOMIC_RELEASE);
     if (env_status != QK_OK) return qk_fail(env_status, "%s", env_message);
     return QK_OK;
 }
 
-static void init_quiet(void) { pthread_once(&env_once, read_environment); }
+void qk_serve_init_implicit(void)
+{
+    pthread_once(&env_once, read_environment);
+    if (env_status != QK_OK && !__atomic_exchange_n(&env_reported, 1, __ATOMIC_ACQ_REL))
+        fprintf(stderr, "qkern: %s\n", env_message);
+}
+
+static void init_quiet(void) { qk_serve_init_implicit(); }
 
 /* ---- what each backend implements ---- */
 static bool ops_implement(const qk_ops *ops, qk_serve_op op)

@@ -13,6 +13,9 @@
 #define QK_BACKEND_BIT(b) (1u << (unsigned)(b))
 
 /* ---- registry ---- */
+/* qk_serve_init for the calls that run it implicitly: an error of the environment is
+   printed once on stderr unless qk_serve_init already returned it. */
+QK_HIDDEN void qk_serve_init_implicit(void);
 /* The provider library loaded now, or NULL. */
 QK_HIDDEN const qk_provider_info *qk_serve_lib(void);
 /* Weights prepared by the library hold a reference so that it cannot be unloaded. */
