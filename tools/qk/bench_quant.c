@@ -20,6 +20,7 @@
 #define RUN_CAP_S 3.0        /* any run: stop after this long (and >= 40 calls) */
 /* below this many bytes moved a call runs on one thread, as in src/api/mx.c */
 #define MIN_PARALLEL_BYTES (128 << 10)
+#define INTERLEAVE_BLOCK 10  /* timed calls per variant per turn */
 
 static const int64_t shapes_full[][2] = {{1, 4304}, {16, 5120}, {512, 5120}, {512, 17408}};
 static const int64_t shapes_quick[][2] = {{1, 4304}, {16, 5120}};
@@ -48,7 +49,7 @@ typedef struct bench {
     int np;
     cell *cells;
     int ncells;
-    double load0;
+    double other_load;      /* cores other processes kept busy during the run */
 } bench;
 
 /* ---- buffers: nbuf sets of (x, q, scale) ---- */
@@ -150,36 +151,45 @@ static void timed_call(void *p, int64_t iter)
     call_once(x, (int)(iter % x->b->n));
 }
 
-static run_result time_run(const bench *bn, call_ctx *x)
+/* The protocol's calls for one variant: 50 + 200, fewer for ref where 250 calls would take
+   longer than REF_RUN_BUDGET_S (probed with one call, which counts as a warm-up). */
+static void plan_variant(const bench *bn, call_ctx *x, qkb_variant *v, run_result *r)
 {
-    run_result r;
-    memset(&r, 0, sizeof r);
-    int warm = 50, reps = 200;
-    const bool is_ref = x->p && !strcmp(x->p->name, "ref");
+    memset(v, 0, sizeof *v);
+    memset(r, 0, sizeof *r);
+    v->fn = timed_call;
+    v->ctx = x;
+    v->warmup = 50;
+    v->reps = 200;
+    v->max_seconds = RUN_CAP_S;
+    v->min_reps = 40;
     if (bn->opt.quick) {
-        warm = 2;
-        reps = 5;
-    } else if (is_ref) {
+        v->warmup = 2;
+        v->reps = 5;
+    } else if (x->p && !strcmp(x->p->name, "ref")) {
         const double t0 = qkb_now();
         timed_call(x, 0);
-        if ((qkb_now() - t0) * (warm + reps) > REF_RUN_BUDGET_S) {
-            warm = 5;
-            reps = 40;
-            r.few_reps = true;
+        if ((qkb_now() - t0) * (v->warmup + v->reps) > REF_RUN_BUDGET_S) {
+            v->warmup = 5;
+            v->reps = 40;
+            r->few_reps = true;
         }
-        warm--;
+        v->warmup--;
     }
-    r.st = qkb_time_calls_capped(timed_call, x, warm, reps, RUN_CAP_S, 40);
-    if (is_ref && !bn->opt.quick) r.st.warmup++;
-    if (r.st.reps < reps) r.few_reps = true;
-    r.gbps = (double)x->c->bytes / r.st.p50 * 1e-9;
-    r.fraction = r.gbps / x->c->copy.gbps;
+}
+
+static void finish_variant(const bench *bn, call_ctx *x, const qkb_variant *v, run_result *r)
+{
+    r->st = v->st;
+    if (!bn->opt.quick && x->p && !strcmp(x->p->name, "ref")) r->st.warmup++; /* the probe */
+    if (r->st.reps < v->reps) r->few_reps = true;
+    r->gbps = (double)x->c->bytes / r->st.p50 * 1e-9;
+    r->fraction = r->gbps / x->c->copy.gbps;
     /* the output of set 0 against ref's */
     memset(x->b->q[0], 0xaa, (size_t)(x->c->M * x->c->K));
     call_once(x, 0);
-    r.same_bits = !memcmp(x->b->q[0], x->b->ref_q, (size_t)(x->c->M * x->c->K)) &&
-                  !memcmp(x->b->s[0], x->b->ref_s, (size_t)(x->c->M * x->c->kb));
-    return r;
+    r->same_bits = !memcmp(x->b->q[0], x->b->ref_q, (size_t)(x->c->M * x->c->K)) &&
+                   !memcmp(x->b->s[0], x->b->ref_s, (size_t)(x->c->M * x->c->kb));
 }
 
 static void run_cell(const bench *bn, cell *c)
@@ -194,13 +204,25 @@ static void run_cell(const bench *bn, cell *c)
     call_once(&rx, 0);
     memcpy(b.ref_q, b.q[0], (size_t)(c->M * c->K));
     memcpy(b.ref_s, b.s[0], (size_t)(c->M * c->kb));
-    c->copy = qkb_copy_bandwidth(c->bytes, c->nbuf, bn->opt.quick);
-    call_ctx x = {c, &b, NULL, qk_mx_options_default()};
-    c->api = time_run(bn, &x);
+    /* the variants: the public call and every provider's rows, timed interleaved */
+    enum { MAXV = MAXP + 1 };
+    call_ctx x[MAXV];
+    qkb_variant v[MAXV];
+    run_result *res[MAXV];
+    int nv = 0;
+    x[nv] = (call_ctx){c, &b, NULL, qk_mx_options_default()};
+    res[nv++] = &c->api;
     for (int p = 0; p < bn->np; p++) {
-        x.p = bn->prov[p];
-        c->prov[p] = time_run(bn, &x);
+        x[nv] = (call_ctx){c, &b, bn->prov[p], qk_mx_options_default()};
+        res[nv++] = &c->prov[p];
     }
+    for (int k = 0; k < nv; k++) plan_variant(bn, &x[k], &v[k], res[k]);
+    /* the limit, before and after the variants: the better of the two */
+    const qkb_bandwidth before = qkb_copy_bandwidth(c->bytes, c->nbuf, bn->opt.quick);
+    qkb_time_interleaved(v, nv, bn->opt.quick ? 5 : INTERLEAVE_BLOCK);
+    const qkb_bandwidth after = qkb_copy_bandwidth(c->bytes, c->nbuf, bn->opt.quick);
+    c->copy = after.gbps > before.gbps ? after : before;
+    for (int k = 0; k < nv; k++) finish_variant(bn, &x[k], &v[k], res[k]);
     bufs_free(&b);
 }
 
@@ -245,7 +267,7 @@ static bool write_json(const bench *bn, double timer, double g_api)
     qkb_json_int(&j, "reps", bn->opt.quick ? 5 : 200);
     qkb_json_num(&j, "run_cap_s", RUN_CAP_S);
     qkb_json_num(&j, "timer_overhead_s", timer);
-    qkb_json_num(&j, "loadavg_1min_at_start", bn->load0);
+    qkb_json_num(&j, "other_processes_cores_busy", bn->other_load);
     qkb_json_end(&j);
     qkb_json_array(&j, "providers");
     for (int p = 0; p < bn->np; p++) qkb_json_str(&j, NULL, bn->prov[p]->name);
@@ -348,20 +370,20 @@ int qk_bench_quant(int argc, char **argv)
 
     const double timer = qkb_timer_overhead();
     char b1[32], b2[32];
-    bn.load0 = qkb_loadavg();
-    printf("qk bench quant: target %s, %d threads, CPU %s, LLC %s, timer overhead %s per call, "
-           "load average %.2f\n", qk_target(), qk_get_num_threads(), qkb_cpu_model(),
-           qkb_fmt_bytes(b1, sizeof b1, (double)qkb_llc_bytes()), qkb_fmt_time(b2, sizeof b2, timer),
-           bn.load0);
+    printf("qk bench quant: target %s, %d threads, CPU %s, LLC %s, timer overhead %s per call\n",
+           qk_target(), qk_get_num_threads(), qkb_cpu_model(),
+           qkb_fmt_bytes(b1, sizeof b1, (double)qkb_llc_bytes()), qkb_fmt_time(b2, sizeof b2, timer));
     printf("qk_mx_quantize BF16 -> E4M3 + E8M0 scales (FLOOR, NEAREST_EVEN); staged provider: %s; "
            "providers:", qk_provider("mx_quantize"));
     for (int p = 0; p < bn.np; p++) printf(" %s", bn.prov[p]->name);
     printf("\n%s\n", bn.opt.quick ? "--quick: 2 warm-ups + 5 timed calls, 2 cells: a smoke test, not the protocol"
-                                  : "protocol: 50 warm-ups + 200 timed calls per run (* = fewer: ref on big "
-                                    "cells, or a run stopped after 3 s)");
+                                  : "protocol: 50 warm-ups + 200 timed calls per run, the runs of a cell "
+                                    "interleaved in turns of 10 (* = fewer: ref on big cells, or a run "
+                                    "stopped after 3 s)");
     fflush(stdout);
 
     const double t0 = qkb_now();
+    const qkb_cpu_mark mark0 = qkb_cpu_mark_now();
     for (int i = 0; i < bn.ncells; i++) {
         cell *c = &bn.cells[i];
         c->M = shapes[i][0];
@@ -437,11 +459,11 @@ int qk_bench_quant(int argc, char **argv)
     printf("\nsummary (target of performance.md)%s\n", bn.opt.quick ? " -- --quick run, not the protocol" : "");
     qkb_target_line("qk_mx_quantize BF16 -> MXFP8: fraction of copy bandwidth", g_api, TARGET_FRACTION, "");
     printf("  every output equals ref bit for bit: %s\n", bad ? "NO (! in the table)" : "yes");
-    const double load1 = qkb_loadavg();
-    printf("  (%.0f s; load average %.2f at the start, %.2f at the end%s)\n", qkb_now() - t0, bn.load0,
-           load1, fmax(bn.load0, load1) > 0.5 * qk_get_num_threads()
-                      ? ": other work shared the cores, so the figures are noisy"
-                      : "; absolute times drift between runs, ratios within one run hold");
+    const qkb_cpu_mark mark1 = qkb_cpu_mark_now();
+    bn.other_load = qkb_other_load(&mark0, &mark1);
+    printf("  (%.0f s; other processes kept %.2f cores busy on average%s)\n", qkb_now() - t0,
+           bn.other_load, !(bn.other_load <= 0.25) ? ": they shared the cores, so the figures are noisy"
+                                                   : "; absolute times drift between runs, ratios within one run hold");
 
     int status = 0;
     if (bn.opt.json) {
