@@ -105,6 +105,7 @@ typedef struct avx2_job {
     const int32_t *ex;      /* [M][kbp]: sx - 127 - X_EXP - 127 - PURE_EXP */
     int64_t kp, m0;
     int MM, TT;
+    int64_t groups, chunk, next;   /* tile groups, handed out chunk by chunk */
 } avx2_job;
 
 static void store8(char *orow, qk_dtype odt, int64_t n0, int64_t valid, const float *bias,
@@ -132,6 +133,10 @@ INLINE void avx2_tiles(const avx2_job *g, int64_t t0, const int MM, const int TT
     for (int t = 0; t < TT; t++) tile[t] = l->codes + (t0 + t) * l->tile_bytes;
     for (int64_t j = 0; j < l->kbp; j++) {
         const int64_t sbo = (j / SB_BLOCKS) * SB_BYTES, i = j % SB_BLOCKS;
+        for (int t = 0; t < TT; t++) /* the same block one super-block ahead */
+            for (int q = 0; q < 4; q++)
+                _mm_prefetch((const char *)tile[t] + sbo + SB_BYTES + 32 + i * 256 + 64 * q,
+                             _MM_HINT_T0);
         for (int m = 0; m < MM; m++)
             for (int t = 0; t < TT; t++) acc[m][t] = _mm256_setzero_ps();
         const float *xj[MAX_M];
@@ -170,15 +175,24 @@ INLINE void avx2_tiles(const avx2_job *g, int64_t t0, const int MM, const int TT
     }
 }
 
-static void avx2_range(const void *ctx, int64_t g0, int64_t g1)
+/* Threads take chunks of tile groups from a shared counter (a preempted thread holds up
+   only its current chunk); which thread computes a tile never changes its result. */
+static void avx2_worker(const void *ctx, int64_t s0, int64_t s1)
 {
-    const avx2_job *g = (const avx2_job *)ctx;
-    for (int64_t grp = g0; grp < g1; grp++) {
-        const int64_t t0 = grp * g->TT;
-        const int tt = (int)(g->l->tiles - t0 < g->TT ? g->l->tiles - t0 : g->TT);
+    avx2_job *g = (avx2_job *)(uintptr_t)ctx;
+    (void)s0;
+    (void)s1;
+    for (;;) {
+        const int64_t b = __atomic_fetch_add(&g->next, g->chunk, __ATOMIC_RELAXED);
+        if (b >= g->groups) break;
+        const int64_t e = g->groups - b < g->chunk ? g->groups : b + g->chunk;
+        for (int64_t grp = b; grp < e; grp++) {
+            const int64_t t0 = grp * g->TT;
+            const int tt = (int)(g->l->tiles - t0 < g->TT ? g->l->tiles - t0 : g->TT);
 #define AT(MMv, TTv) if (g->MM == MMv && tt == TTv) { avx2_tiles(g, t0, MMv, TTv); continue; }
-        AT(1, 1) AT(1, 2) AT(2, 1) AT(2, 2) AT(3, 1) AT(3, 2) AT(4, 1) AT(4, 2)
+            AT(1, 1) AT(1, 2) AT(2, 1) AT(2, 2) AT(3, 1) AT(3, 2) AT(4, 1) AT(4, 2)
 #undef AT
+        }
     }
 }
 
@@ -207,10 +221,13 @@ static qk_status avx2_run(const qk_linear_call *c)
             ex[m * l->kbp + j] = (int32_t)s[j] - 127 - X_EXP - 127 - PURE_EXP;
     }
     for (int64_t m0 = 0; m0 < c->M; m0 += MAX_M) {
-        avx2_job g = {c, l, xt, ex, kp, m0, 0, 2};
+        avx2_job g = {c, l, xt, ex, kp, m0, 0, 2, 0, 0, 0};
         g.MM = (int)(c->M - m0 < MAX_M ? c->M - m0 : MAX_M);
-        const int64_t groups = (l->tiles + g.TT - 1) / g.TT;
-        qk_parallel_for(groups, g.TT * l->tile_bytes, 128 << 10, avx2_range, &g);
+        g.groups = (l->tiles + g.TT - 1) / g.TT;
+        int64_t threads = g.groups * g.TT * l->tile_bytes < (128 << 10) ? 1 : qk_threads();
+        if (threads > g.groups) threads = g.groups;
+        g.chunk = g.groups / (threads * 8) > 1 ? g.groups / (threads * 8) : 1;
+        qk_parallel_for(threads, 1, 0, avx2_worker, &g);
     }
     qk_linear_free(xt);
     qk_linear_free(ex);
