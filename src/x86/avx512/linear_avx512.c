@@ -46,6 +46,8 @@
 #define KCB 8                    /* GEMM k-chunk, in blocks */
 #define GEMM_PREFETCH (KCB / SB_BLOCKS * SB_BYTES) /* the next k-chunk (measured: 1.6x at M = 16) */
 #define MC 512                   /* GEMM rows per work item */
+#define MI 128                   /* GEMM rows per inner block: their x~ k-chunk stays in L2 */
+#define PB 8                     /* GEMM panels per work item: decoded k-chunks stay in L2 */
 
 #define INLINE static inline __attribute__((always_inline))
 
@@ -393,7 +395,7 @@ typedef struct gemm_job {
     const qk_linear_call *c;
     const avx512_layout *l;
     const act512 *x;
-    int64_t panels, mchunks, items, slots, next;
+    int64_t panels, pb, nblocks, mchunks, items, slots, next;
     char *scratch;                 /* slots x slot_bytes */
     size_t slot_bytes;
 } gemm_job;
@@ -487,33 +489,51 @@ static void gemm_micro_dispatch(int RM, int TN, const act512 *x, int64_t m, int6
 #undef GM
 }
 
+/* One work item: panels [p0, p0 + np) x rows [m0, m1). Per k-chunk, the item's panels are
+   decoded once (they stay in L2) and every block of MI rows (its x~ k-chunk stays in L2)
+   runs over them; ctot [panel][row][NB*16] accumulates the k-chunks. */
 static void gemm_item(const gemm_job *g, int64_t item, char *scratch)
 {
     const qk_linear_call *c = g->c;
     const avx512_layout *l = g->l;
-    const int64_t panel = item % g->panels, mchunk = item / g->panels;
-    const int64_t t0 = panel * NB, m0 = mchunk * MC;
-    const int nt = (int)(l->tiles - t0 < NB ? l->tiles - t0 : NB);
-    const int64_t m1 = c->M - m0 < MC ? c->M : m0 + MC;
+    const int64_t nbk = item % g->nblocks, mchunk = item / g->nblocks;
+    const int64_t p0 = nbk * g->pb, np = g->panels - p0 < g->pb ? g->panels - p0 : g->pb;
+    const int64_t m0 = mchunk * MC, m1 = c->M - m0 < MC ? c->M : m0 + MC, rows = m1 - m0;
     uint16_t *pw = (uint16_t *)scratch;
-    float *pe = (float *)(scratch + PANEL_WORDS * 2);
-    float *ctot = pe + PANEL_EXPS;
-    memset(ctot, 0, (size_t)(m1 - m0) * NB * 16 * sizeof(float));
+    float *pe = (float *)(scratch + (size_t)g->pb * PANEL_WORDS * 2);
+    float *ctot = pe + (size_t)g->pb * PANEL_EXPS;
+    memset(ctot, 0, (size_t)(np * rows) * NB * 16 * sizeof(float));
     for (int64_t j0 = 0; j0 < l->kbp; j0 += KCB) {
         const int64_t nj = l->kbp - j0 < KCB ? l->kbp - j0 : KCB;
-        decode_panel(l, t0, nt, j0, nj, pw, pe);
-        for (int64_t m = m0; m < m1; m += MR) {
-            const int rm = (int)(m1 - m < MR ? m1 - m : MR);
-            gemm_micro_dispatch(rm, nt, g->x, m, j0, nj, pw, pe,
-                                ctot + (size_t)(m - m0) * NB * 16);
+        for (int64_t p = 0; p < np; p++) {
+            const int64_t t0 = (p0 + p) * NB;
+            const int nt = (int)(l->tiles - t0 < NB ? l->tiles - t0 : NB);
+            decode_panel(l, t0, nt, j0, nj, pw + (size_t)p * PANEL_WORDS, pe + (size_t)p * PANEL_EXPS);
+        }
+        for (int64_t ic = m0; ic < m1; ic += MI) {
+            const int64_t ie = m1 - ic < MI ? m1 : ic + MI;
+            for (int64_t p = 0; p < np; p++) {
+                const int64_t t0 = (p0 + p) * NB;
+                const int nt = (int)(l->tiles - t0 < NB ? l->tiles - t0 : NB);
+                for (int64_t m = ic; m < ie; m += MR) {
+                    const int rm = (int)(ie - m < MR ? ie - m : MR);
+                    gemm_micro_dispatch(rm, nt, g->x, m, j0, nj, pw + (size_t)p * PANEL_WORDS,
+                                        pe + (size_t)p * PANEL_EXPS,
+                                        ctot + (size_t)(p * rows + m - m0) * NB * 16);
+                }
+            }
         }
     }
-    for (int64_t m = m0; m < m1; m++) {
-        char *orow = c->out + qk_rows_offset(&c->outr, m);
-        for (int t = 0; t < nt; t++) {
-            const int64_t n0 = (t0 + t) * TILE;
-            store16(orow, c->odt, n0, c->N - n0, c->bias,
-                    _mm512_load_ps(ctot + (size_t)(m - m0) * NB * 16 + (size_t)t * 16));
+    for (int64_t p = 0; p < np; p++) {
+        const int64_t t0 = (p0 + p) * NB;
+        const int nt = (int)(l->tiles - t0 < NB ? l->tiles - t0 : NB);
+        for (int64_t m = m0; m < m1; m++) {
+            char *orow = c->out + qk_rows_offset(&c->outr, m);
+            const float *cr = ctot + (size_t)(p * rows + m - m0) * NB * 16;
+            for (int t = 0; t < nt; t++) {
+                const int64_t n0 = (t0 + t) * TILE;
+                store16(orow, c->odt, n0, c->N - n0, c->bias, _mm512_load_ps(cr + (size_t)t * 16));
+            }
         }
     }
 }
@@ -539,14 +559,19 @@ static qk_status run_gemm(const qk_linear_call *c, const avx512_layout *l, const
     g.x = x;
     g.panels = (l->tiles + NB - 1) / NB;
     g.mchunks = (c->M + MC - 1) / MC;
-    g.items = g.panels * g.mchunks;
     const double work = 2.0 * (double)c->M * (double)c->N * (double)c->K;
-    int64_t slots = work < 4e6 ? 1 : qk_threads();
-    if (slots > g.items) slots = g.items;
+    const int64_t threads = work < 4e6 ? 1 : qk_threads();
+    /* up to PB panels per item, but at least ~2 items per thread (no output depends on it) */
+    g.pb = g.panels / (2 * threads);
+    g.pb = g.pb < 1 ? 1 : g.pb > PB ? PB : g.pb;
+    g.nblocks = (g.panels + g.pb - 1) / g.pb;
+    g.items = g.nblocks * g.mchunks;
+    int64_t slots = threads < g.items ? threads : g.items;
     if (slots < 1) slots = 1;
     g.slots = slots;
     const int64_t mc = c->M < MC ? c->M : MC;
-    g.slot_bytes = (PANEL_WORDS * 2 + PANEL_EXPS * 4 + (size_t)mc * NB * 16 * 4 + 63) & ~(size_t)63;
+    g.slot_bytes = ((size_t)g.pb * (PANEL_WORDS * 2 + PANEL_EXPS * 4 + (size_t)mc * NB * 16 * 4) + 63) &
+                   ~(size_t)63;
     g.scratch = (char *)qk_linear_alloc(g.slot_bytes * (size_t)slots);
     if (!g.scratch) return QK_ERR_NOMEM;
     qk_parallel_for(slots, 1, 0, gemm_worker, &g);
