@@ -20,10 +20,13 @@
  * the total every 16 blocks (GEMV) or every k-chunk (GEMM): the f32 summation depth of an
  * output stays below 32 + 16 + kb/8, inside mxfp8.md's 2^-16 relative bound.
  *
- * Paths: GEMV (M <= GEMV_MAX_M rows at a time): one pass over the weight per group of up
- * to 4 rows, decoding in registers; GEMM: per thread, n-panels of 3 tiles decoded once per
- * k-chunk into an L1-resident BF16 panel and reused by a 4 x 48 register tile over all M.
- * Threads split tiles (and M for large M); no output depends on the split. */
+ * Paths (chosen by M alone): GEMV (M <= GEMV_MAX_M): one pass over the weight per group of
+ * up to 4 rows, decoding in registers, each tile's stream prefetched a super-block ahead;
+ * GEMM: a work item is up to 8 panels of 3 tiles x up to 512 rows; per k-chunk (8 blocks)
+ * its panels are decoded once into BF16 (L2) while the next k-chunk is prefetched, and
+ * blocks of 128 rows (their x~ k-chunk in L2) run a 4 x 48 register tile over each panel.
+ * Threads take tile groups / items from a shared counter (a preempted thread holds up one
+ * chunk, not half the call); no output depends on which thread computed it. */
 #include "internal.h"
 #include "ref/linear_ref.h"
 #include "ref/mx_ref.h"
