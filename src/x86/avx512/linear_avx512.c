@@ -567,6 +567,7 @@ static qk_status run_gemm(const qk_linear_call *c, const avx512_layout *l, const
     /* up to PB panels per item, but at least ~2 items per thread (no output depends on it) */
     g.pb = g.panels / (2 * threads);
     g.pb = g.pb < 1 ? 1 : g.pb > PB ? PB : g.pb;
+    if (c->M * x->kp * 2 <= (384 << 10)) g.pb = 1; /* x~ stays in L2 anyway: one panel per item */
     g.nblocks = (g.panels + g.pb - 1) / g.pb;
     g.items = g.nblocks * g.mchunks;
     int64_t slots = threads < g.items ? threads : g.items;
