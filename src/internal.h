@@ -220,6 +220,10 @@ typedef struct qk_target_table {
     const char *name;                 /* "generic", "x86-64-v3", "x86-64-v4" */
     unsigned cpu_features;
     qk_ops ops;                       /* complete: every op has a provider */
+    /* Measured per target (`qk bench gemma-shift`): when true, a serving layer that keeps a
+       Gemma weight should also keep the f32 1 + w and run (add_)rms_norm with it instead of
+       the native (1 + w) kernel — same bits, less work per call. */
+    bool gemma_shifted_weight;
 } qk_target_table;
 
 /* The table of the target this library was built for (src/targets/<target>.c). */

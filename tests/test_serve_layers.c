@@ -183,14 +183,22 @@ static void forward_equals_the_api_call(void)
 
 static void shifted_weight_never_replaces_the_raw_one(void)
 {
-    /* no provider today prefers a shifted weight: a plain Gemma norm keeps none */
-    qk_norm_layer *plain = make(QK_LAYER_GEMMA_RMS_NORM, 0, QK_BACKEND_DEFAULT);
+    /* the target prefers a shifted weight exactly when its table says so (measured per
+       target); the reference backend never does, so a reference-bound norm keeps none */
+    CHECK(qk_serve_prefers_shifted(QK_BACKEND_TARGET, QK_OP_GEMMA_RMS_NORM) ==
+          qk_target_table_built.gemma_shifted_weight, "target preference != its table");
+    CHECK(!qk_serve_prefers_shifted(QK_BACKEND_REFERENCE, QK_OP_GEMMA_RMS_NORM), "reference prefers shifted");
+    qk_norm_layer *plain = make(QK_LAYER_GEMMA_RMS_NORM, 0, QK_BACKEND_REFERENCE);
     load_raw(plain);
     CHECK(qk_norm_layer_process_weights_after_loading(plain) == QK_OK, "process");
     qk_tensor v;
     CHECK(qk_norm_layer_shifted_weight(plain, &v) == QK_ERR_INVALID_ARGUMENT, "unexpected shifted weight");
-    for (int b = QK_BACKEND_TARGET; b <= QK_BACKEND_REFERENCE; b++)
-        CHECK(!qk_serve_prefers_shifted((qk_backend)b, QK_OP_GEMMA_RMS_NORM), "backend %d prefers shifted", b);
+    qk_norm_layer *tgt = make(QK_LAYER_GEMMA_RMS_NORM, 0, QK_BACKEND_TARGET);
+    load_raw(tgt);
+    CHECK(qk_norm_layer_process_weights_after_loading(tgt) == QK_OK, "process");
+    CHECK((qk_norm_layer_shifted_weight(tgt, &v) == QK_OK) == qk_target_table_built.gemma_shifted_weight,
+          "a target-bound Gemma norm keeps a shifted weight iff the target prefers one");
+    qk_norm_layer_destroy(tgt);
 
     /* the flag takes the path a provider preferring it would */
     qk_norm_layer *l = make(QK_LAYER_GEMMA_RMS_NORM, QK_LAYER_SHIFTED_WEIGHT, QK_BACKEND_DEFAULT);

@@ -170,9 +170,10 @@ const qk_linear_impl *qk_serve_linear_impl(qk_backend b)
 
 bool qk_serve_prefers_shifted(qk_backend b, qk_serve_op op)
 {
-    (void)b;
-    (void)op;
-    return false;   /* every provider today has a native (1 + w) Gemma kernel */
+    /* the build target says, from its measurement (src/targets/<target>.c); the reference
+       backend runs the definition as written, and a provider library is not known to */
+    if (op != QK_OP_GEMMA_RMS_NORM && op != QK_OP_ADD_GEMMA_RMS_NORM) return false;
+    return b == QK_BACKEND_TARGET && qk_target_table_built.gemma_shifted_weight;
 }
 
 unsigned qk_serve_linear_backends(void)

@@ -1,15 +1,22 @@
 /* Target `x86-64-v4` (AVX-512 F/BW/VL/DQ + AVX512-BF16): the reference table with these
  * overrides.
- *   norm family -> avx512 (16-lane f32, masked tails, no AVX512-BF16: its vcvtneps2bf16
- *                  flushes subnormals, so BF16 is rounded with integer RNE instead)
+ *   norm family -> avx512 (16-lane f32, masked tails, rows software-pipelined; BF16 rows:
+ *                  vdpbf16ps sums of squares and vcvtne2ps2bf16 stores where no result
+ *                  can be subnormal (it flushes those), integer RNE otherwise; 2.3x avx2,
+ *                  42x ref, geometric means of `qk bench norm`)
  *   mx ops -> avx512 (BF16->E4M3: 15.8 Gelem/s per thread vs avx2 7.8, ref 0.08; Zen 5)
- * gemma_rms_norm: native (1 + w) kernel (decision measured with `qk bench norm`). */
+ */
 #include "internal.h"
 #include "ref/ref.h"
 #include "x86/x86.h"
 
 #define NORM_AVX512 {"avx512", qk_norm_avx512, 256 << 10}
 
+/* gemma_rms_norm: the API keeps the native (1 + w) kernel (it receives the raw weight); the
+ * serving layer keeps an f32 1 + w and runs rms_norm with it: `qk bench gemma-shift`
+ * (2026-12-02, 2-core Zen 5) measured native/shifted 0.98x geometric mean over the 32
+ * cells — equal from 16 rows on, the shifted weight 8-15% faster at rows = 1 and
+ * H >= 2048 (no per-row conversion of the BF16 weight). */
 const qk_target_table qk_target_table_built = {
     .name = "x86-64-v4",
     .cpu_features = QK_CPU_AVX2 | QK_CPU_FMA | QK_CPU_F16C | QK_CPU_AVX512F | QK_CPU_AVX512BW |
@@ -21,4 +28,5 @@ const qk_target_table qk_target_table_built = {
         .mx_pack_scale_pairs = "ref",
         .mxfp8_linear = &qk_linear_avx512,  /* vdpbf16ps GEMV/GEMM: 1.7x (M=1) .. 6x (M=512) avx2 in every cell of qk bench linear */
     },
+    .gemma_shifted_weight = true,
 };

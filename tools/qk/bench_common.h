@@ -15,6 +15,7 @@
 int qk_bench_norm(int argc, char **argv);
 int qk_bench_quant(int argc, char **argv);
 int qk_bench_linear(int argc, char **argv);
+int qk_bench_gemma_shift(int argc, char **argv);   /* bench_gemma_shift.c */
 
 /* Options every protocol accepts: --json FILE, --plot FILE.svg, --quick (few reps, a
    smaller matrix: a smoke test, not the protocol), --threads N (0 = the library default),

@@ -33,12 +33,13 @@ static const struct {
     {"norm", qk_bench_norm},
     {"quant", qk_bench_quant},
     {"linear", qk_bench_linear},
+    {"gemma-shift", qk_bench_gemma_shift},
 };
 enum { NPROTO = sizeof protocols / sizeof protocols[0] };
 
 static int usage(FILE *f)
 {
-    fprintf(f, "usage: qk bench norm|quant|linear|all [--json FILE] [--plot FILE.svg] [--quick]"
+    fprintf(f, "usage: qk bench norm|quant|linear|gemma-shift|all [--json FILE] [--plot FILE.svg] [--quick]"
                " [--threads N] [--verbose]\n"
                "  --json FILE      write every figure as JSON\n"
                "  --plot FILE.svg  draw p50 latency against bytes moved per provider\n"
