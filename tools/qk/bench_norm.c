@@ -20,9 +20,9 @@
 #define EPS 1e-6f
 #define MAXP 8                         /* providers */
 #define FRACTION_MIN_BYTES (64 << 10)  /* cells in the fraction-of-copy geometric mean */
-#define REF_RUN_BUDGET_S 1.5         /* ref runs longer than this: 10 + 40 calls */
-#define RUN_CAP_S 3.0                 /* any run: stop after this long (and >= 40 calls) */
-#define INTERLEAVE_BLOCK 10           /* timed calls per turn of a run (after one untimed) */
+#define REF_RUN_BUDGET_S 1.5           /* ref runs longer than this: 10 + 40 calls */
+#define RUN_CAP_S 3.0                  /* any run: stop after this long (and >= 40 calls) */
+#define INTERLEAVE_BLOCK 10            /* timed calls per turn of a run (after one untimed) */
 #define TARGET_FRACTION 0.80
 #define TARGET_VS_COMPOSITE 5.0
 #define TARGET_FUSED 1.3
@@ -39,7 +39,6 @@ typedef struct run_result {
     double gbps;       /* bytes moved / p50 */
     double fraction;   /* of the copy bandwidth for the footprint */
     bool few_reps;     /* timed with fewer reps than the protocol (ref on big cells) */
-    bool done;
 } run_result;
 
 typedef struct cell {
@@ -305,7 +304,6 @@ static void finish_variant(const bench *bn, const call_ctx *x, const qkb_variant
     if (r->st.reps < v->reps) r->few_reps = true;
     r->gbps = (double)x->c->bytes[x->op] / r->st.p50 * 1e-9;
     r->fraction = r->gbps / x->c->copy[x->op].gbps;
-    r->done = true;
 }
 
 /* Fused add_gemma_rms_norm and the unfused path give the same bits (norm.md). */
