@@ -3,67 +3,12 @@
  * Nothing is written unless every check passed. The scale of a weight may be given as
  * E8M0 or as U8 (checkpoints store E8M0 bytes as U8); both mean 2^(b-127). */
 #include "internal.h"
+#include "api/check.h"
 
 #include <stdlib.h>
 
 static const char *const CREATE = "qk_mx_weight_create";
 static const char *const LINEAR = "qk_mxfp8_linear";
-
-static qk_status check_tensor(const char *fn, const char *name, const qk_tensor *t)
-{
-    if (!t) return qk_fail(QK_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, name);
-    if (t->ndim < 1 || t->ndim > QK_MAX_DIMS)
-        return qk_fail(QK_ERR_SHAPE, "%s: %s has ndim %d; expected 1..%d", fn, name,
-                       (int)t->ndim, QK_MAX_DIMS);
-    for (int32_t d = 0; d < t->ndim; d++)
-        if (t->shape[d] < 0)
-            return qk_fail(QK_ERR_SHAPE, "%s: %s has negative dim %d (%lld)", fn, name, (int)d,
-                           (long long)t->shape[d]);
-    return QK_OK;
-}
-
-static bool has_elements(const qk_tensor *t)
-{
-    for (int32_t d = 0; d < t->ndim; d++)
-        if (t->shape[d] == 0) return false;
-    return true;
-}
-
-static qk_status check_data(const char *fn, const char *name, const qk_tensor *t)
-{
-    if (has_elements(t) && !t->data)
-        return qk_fail(QK_ERR_INVALID_ARGUMENT, "%s: %s->data is NULL", fn, name);
-    return QK_OK;
-}
-
-static qk_status check_last_contiguous(const char *fn, const char *name, const qk_tensor *t)
-{
-    if (t->shape[t->ndim - 1] > 1 && t->stride[t->ndim - 1] != 1)
-        return qk_fail(QK_ERR_LAYOUT, "%s: %s's last dim has stride %lld; it must be contiguous "
-                       "(stride 1)", fn, name, (long long)t->stride[t->ndim - 1]);
-    return QK_OK;
-}
-
-/* An output must not write one element twice (a zero or aliasing stride). */
-static qk_status check_no_self_overlap(const char *fn, const char *name, const qk_tensor *t)
-{
-    int idx[QK_MAX_DIMS], n = 0;
-    for (int32_t d = 0; d < t->ndim; d++)
-        if (t->shape[d] > 1) idx[n++] = d;
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && llabs(t->stride[idx[j]]) < llabs(t->stride[idx[j - 1]]); j--) {
-            int tmp = idx[j]; idx[j] = idx[j - 1]; idx[j - 1] = tmp;
-        }
-    int64_t extent = 1;
-    for (int i = 0; i < n; i++) {
-        int64_t s = llabs(t->stride[idx[i]]);
-        if (s < extent)
-            return qk_fail(QK_ERR_LAYOUT, "%s: %s's dim %d has stride %lld, so its elements "
-                           "overlap each other", fn, name, idx[i], (long long)t->stride[idx[i]]);
-        extent = s * (t->shape[idx[i]] - 1) + extent;
-    }
-    return QK_OK;
-}
 
 qk_status qk_mx_weight_create_with(const qk_linear_impl *impl, const qk_tensor *q,
                                    const qk_tensor *scale, qk_mx_weight **w)
@@ -75,8 +20,8 @@ qk_status qk_mx_weight_create_with(const qk_linear_impl *impl, const qk_tensor *
     if (!impl || !impl->prepare || !impl->run)
         return qk_fail(QK_ERR_UNSUPPORTED, "%s: no provider implements mxfp8_linear here", fn);
     if (!w) return qk_fail(QK_ERR_INVALID_ARGUMENT, "%s: w (the result pointer) is NULL", fn);
-    if ((st = check_tensor(fn, "q", q))) return st;
-    if ((st = check_tensor(fn, "scale", scale))) return st;
+    if ((st = qk_check_tensor(fn, "q", q))) return st;
+    if ((st = qk_check_tensor(fn, "scale", scale))) return st;
 
     if (q->dtype != QK_DTYPE_F8_E4M3)
         return qk_fail(QK_ERR_DTYPE, "%s: q has dtype %s; expected F8_E4M3", fn,
@@ -93,10 +38,10 @@ qk_status qk_mx_weight_create_with(const qk_linear_impl *impl, const qk_tensor *
                        "%lld] (ceil(K/32) = %lld blocks per row)", fn,
                        qk_shape_str(scale, a, sizeof a), (long long)N, (long long)kb,
                        (long long)N, (long long)K, (long long)kb);
-    if ((st = check_last_contiguous(fn, "q", q))) return st;
-    if ((st = check_last_contiguous(fn, "scale", scale))) return st;
-    if ((st = check_data(fn, "q", q))) return st;
-    if ((st = check_data(fn, "scale", scale))) return st;
+    if ((st = qk_check_last_contiguous(fn, "q", q))) return st;
+    if ((st = qk_check_last_contiguous(fn, "scale", scale))) return st;
+    if ((st = qk_check_data(fn, "q", q))) return st;
+    if ((st = qk_check_data(fn, "scale", scale))) return st;
 
     const uint8_t *qd = (const uint8_t *)q->data, *sd = (const uint8_t *)scale->data;
     const int64_t qs = q->stride[0], ss = scale->stride[0];
@@ -154,8 +99,8 @@ qk_status qk_mxfp8_linear(const qk_tensor *x, const qk_mx_weight *w, const qk_te
     qk_status st = qk_init();
     if (st) return st;
     if (!w) return qk_fail(QK_ERR_INVALID_ARGUMENT, "%s: w is NULL", fn);
-    if ((st = check_tensor(fn, "x", x))) return st;
-    if ((st = check_tensor(fn, "out", out))) return st;
+    if ((st = qk_check_tensor(fn, "x", x))) return st;
+    if ((st = qk_check_tensor(fn, "out", out))) return st;
     const int64_t N = w->N, K = w->K;
 
     /* x [..., K] */
@@ -166,20 +111,20 @@ qk_status qk_mxfp8_linear(const qk_tensor *x, const qk_mx_weight *w, const qk_te
         return qk_fail(QK_ERR_SHAPE, "%s: x has shape %s but the weight is [%lld, %lld]: x's last "
                        "dim must be K = %lld", fn, qk_shape_str(x, a, sizeof a), (long long)N,
                        (long long)K, (long long)K);
-    if ((st = check_last_contiguous(fn, "x", x))) return st;
-    if ((st = check_data(fn, "x", x))) return st;
+    if ((st = qk_check_last_contiguous(fn, "x", x))) return st;
+    if ((st = qk_check_data(fn, "x", x))) return st;
 
     /* bias [N] F32 */
     if (bias) {
-        if ((st = check_tensor(fn, "bias", bias))) return st;
+        if ((st = qk_check_tensor(fn, "bias", bias))) return st;
         if (bias->dtype != QK_DTYPE_F32)
             return qk_fail(QK_ERR_DTYPE, "%s: bias has dtype %s; expected F32", fn,
                            qk_dtype_name(bias->dtype));
         if (bias->ndim != 1 || bias->shape[0] != N)
             return qk_fail(QK_ERR_SHAPE, "%s: bias has shape %s; expected [%lld] (the weight's N)",
                            fn, qk_shape_str(bias, a, sizeof a), (long long)N);
-        if ((st = check_last_contiguous(fn, "bias", bias))) return st;
-        if ((st = check_data(fn, "bias", bias))) return st;
+        if ((st = qk_check_last_contiguous(fn, "bias", bias))) return st;
+        if ((st = qk_check_data(fn, "bias", bias))) return st;
     }
 
     /* out [..., N], x's dtype or F32 */
@@ -194,9 +139,9 @@ qk_status qk_mxfp8_linear(const qk_tensor *x, const qk_mx_weight *w, const qk_te
     if (out->dtype != x->dtype && out->dtype != QK_DTYPE_F32)
         return qk_fail(QK_ERR_DTYPE, "%s: out has dtype %s; expected x's dtype (%s) or F32", fn,
                        qk_dtype_name(out->dtype), qk_dtype_name(x->dtype));
-    if ((st = check_last_contiguous(fn, "out", out))) return st;
-    if ((st = check_data(fn, "out", out))) return st;
-    if ((st = check_no_self_overlap(fn, "out", out))) return st;
+    if ((st = qk_check_last_contiguous(fn, "out", out))) return st;
+    if ((st = qk_check_data(fn, "out", out))) return st;
+    if ((st = qk_check_no_self_overlap(fn, "out", out))) return st;
     if (qk_tensor_overlap(out, x))
         return qk_fail(QK_ERR_LAYOUT, "%s: out overlaps x; the linear has no in-place form", fn);
     if (bias && qk_tensor_overlap(out, bias))

@@ -3,6 +3,7 @@
  * the rows (threads split rows when there is enough work). Nothing is written unless every
  * check passed. */
 #include "internal.h"
+#include "api/check.h"
 #include "ref/mx_ref.h"
 
 #include <stdio.h>
@@ -20,59 +21,6 @@ qk_mx_options qk_mx_options_default(void)
 static int64_t blocks_of(int64_t K) { return (K + QK_MX_BLOCK - 1) / QK_MX_BLOCK; }
 
 /* ---- argument checks (each names the function and the argument) ---- */
-
-static qk_status check_tensor(const char *fn, const char *name, const qk_tensor *t)
-{
-    if (!t) return qk_fail(QK_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, name);
-    if (t->ndim < 1 || t->ndim > QK_MAX_DIMS)
-        return qk_fail(QK_ERR_SHAPE, "%s: %s has ndim %d; expected 1..%d", fn, name,
-                       (int)t->ndim, QK_MAX_DIMS);
-    for (int32_t d = 0; d < t->ndim; d++)
-        if (t->shape[d] < 0)
-            return qk_fail(QK_ERR_SHAPE, "%s: %s has negative dim %d (%lld)", fn, name, (int)d,
-                           (long long)t->shape[d]);
-    return QK_OK;
-}
-
-static bool has_elements(const qk_tensor *t)
-{
-    for (int32_t d = 0; d < t->ndim; d++)
-        if (t->shape[d] == 0) return false;
-    return true;
-}
-
-static qk_status check_data(const char *fn, const char *name, const qk_tensor *t)
-{
-    if (has_elements(t) && !t->data)
-        return qk_fail(QK_ERR_INVALID_ARGUMENT, "%s: %s->data is NULL", fn, name);
-    return QK_OK;
-}
-
-static qk_status check_dtype(const char *fn, const char *name, const qk_tensor *t, qk_dtype want)
-{
-    if (t->dtype != want)
-        return qk_fail(QK_ERR_DTYPE, "%s: %s has dtype %s; expected %s", fn, name,
-                       qk_dtype_name(t->dtype), qk_dtype_name(want));
-    return QK_OK;
-}
-
-static qk_status check_float_dtype(const char *fn, const char *name, const qk_tensor *t)
-{
-    if (!qk_is_float_dtype(t->dtype))
-        return qk_fail(QK_ERR_DTYPE, "%s: %s has dtype %s; expected F32, F16 or BF16", fn, name,
-                       qk_dtype_name(t->dtype));
-    return QK_OK;
-}
-
-/* t's last dim must be contiguous. */
-static qk_status check_last_contiguous(const char *fn, const char *name, const qk_tensor *t)
-{
-    const int32_t d = t->ndim - 1;
-    if (t->shape[d] > 1 && t->stride[d] != 1)
-        return qk_fail(QK_ERR_LAYOUT, "%s: %s's last dim has stride %lld; it must be contiguous "
-                       "(stride 1)", fn, name, (long long)t->stride[d]);
-    return QK_OK;
-}
 
 /* t must have exactly ref's shape. */
 static qk_status check_same_shape(const char *fn, const char *name, const qk_tensor *t,
@@ -109,39 +57,6 @@ static qk_status check_scale_shape(const char *fn, const qk_tensor *scale, const
     return QK_OK;
 }
 
-/* An output must not write one element twice (a zero or aliasing stride). */
-static qk_status check_no_self_overlap(const char *fn, const char *name, const qk_tensor *t)
-{
-    /* Sufficient: ordered by |stride|, each dim's stride covers the extent of those inside. */
-    int idx[QK_MAX_DIMS], n = 0;
-    for (int32_t d = 0; d < t->ndim; d++)
-        if (t->shape[d] > 1) idx[n++] = d;
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && llabs(t->stride[idx[j]]) < llabs(t->stride[idx[j - 1]]); j--) {
-            int tmp = idx[j];
-            idx[j] = idx[j - 1];
-            idx[j - 1] = tmp;
-        }
-    int64_t extent = 1;
-    for (int i = 0; i < n; i++) {
-        const int64_t s = llabs(t->stride[idx[i]]);
-        if (s < extent)
-            return qk_fail(QK_ERR_LAYOUT, "%s: %s's dim %d has stride %lld, so its elements "
-                           "overlap each other", fn, name, idx[i], (long long)t->stride[idx[i]]);
-        extent = s * (t->shape[idx[i]] - 1) + extent;
-    }
-    return QK_OK;
-}
-
-static qk_status check_disjoint(const char *fn, const char *an, const qk_tensor *a,
-                                const char *bn, const qk_tensor *b)
-{
-    if (qk_tensor_overlap(a, b))
-        return qk_fail(QK_ERR_LAYOUT, "%s: %s overlaps %s; outputs may not overlap inputs or "
-                       "each other", fn, an, bn);
-    return QK_OK;
-}
-
 static qk_status check_options(const char *fn, const qk_mx_options *o)
 {
     if (o->elem != QK_DTYPE_F8_E4M3 && o->elem != QK_DTYPE_F8_E5M2)
@@ -164,9 +79,9 @@ static qk_status check_rows_tensor(const char *fn, const char *name, const qk_te
     if (t->shape[t->ndim - 1] == 0)
         return qk_fail(QK_ERR_SHAPE, "%s: %s has shape %s; its last dim (K) must be >= 1", fn,
                        name, qk_shape_str(t, a, sizeof a));
-    qk_status st = check_last_contiguous(fn, name, t);
+    qk_status st = qk_check_last_contiguous(fn, name, t);
     if (st) return st;
-    return check_data(fn, name, t);
+    return qk_check_data(fn, name, t);
 }
 
 /* ---- qk_mx_quantize ---- */
@@ -199,29 +114,29 @@ qk_status qk_mx_quantize(const qk_tensor *x, const qk_mx_options *opt, qk_tensor
     const qk_mx_quantize_impl *impl = &qk_target_table_built.ops.mx_quantize;
     if (!impl->fn) return qk_fail(QK_ERR_UNSUPPORTED, "%s: no provider implements this op here", fn);
 
-    if ((st = check_tensor(fn, "x", x))) return st;
-    if ((st = check_tensor(fn, "q", q))) return st;
-    if ((st = check_tensor(fn, "scale", scale))) return st;
+    if ((st = qk_check_tensor(fn, "x", x))) return st;
+    if ((st = qk_check_tensor(fn, "q", q))) return st;
+    if ((st = qk_check_tensor(fn, "scale", scale))) return st;
     const qk_mx_options o = opt ? *opt : qk_mx_options_default();
     if ((st = check_options(fn, &o))) return st;
 
-    if ((st = check_float_dtype(fn, "x", x))) return st;
+    if ((st = qk_check_float_dtype(fn, "x", x))) return st;
     if ((st = check_rows_tensor(fn, "x", x))) return st;
     if (q->dtype != o.elem)
         return qk_fail(QK_ERR_DTYPE, "%s: q has dtype %s but the options' elem is %s; they must "
                        "match", fn, qk_dtype_name(q->dtype), qk_dtype_name(o.elem));
     if ((st = check_same_shape(fn, "q", q, "x", x))) return st;
     if ((st = check_rows_tensor(fn, "q", q))) return st;
-    if ((st = check_dtype(fn, "scale", scale, QK_DTYPE_E8M0))) return st;
+    if ((st = qk_check_dtype(fn, "scale", scale, QK_DTYPE_E8M0))) return st;
     if ((st = check_scale_shape(fn, scale, "x", x))) return st;
-    if ((st = check_last_contiguous(fn, "scale", scale))) return st;
-    if ((st = check_data(fn, "scale", scale))) return st;
+    if ((st = qk_check_last_contiguous(fn, "scale", scale))) return st;
+    if ((st = qk_check_data(fn, "scale", scale))) return st;
 
-    if ((st = check_no_self_overlap(fn, "q", q))) return st;
-    if ((st = check_no_self_overlap(fn, "scale", scale))) return st;
-    if ((st = check_disjoint(fn, "q", q, "x", x))) return st;
-    if ((st = check_disjoint(fn, "scale", scale, "x", x))) return st;
-    if ((st = check_disjoint(fn, "q", q, "scale", scale))) return st;
+    if ((st = qk_check_no_self_overlap(fn, "q", q))) return st;
+    if ((st = qk_check_no_self_overlap(fn, "scale", scale))) return st;
+    if ((st = qk_check_disjoint(fn, "q", q, "x", x))) return st;
+    if ((st = qk_check_disjoint(fn, "scale", scale, "x", x))) return st;
+    if ((st = qk_check_disjoint(fn, "q", q, "scale", scale))) return st;
 
     const int64_t rows = qk_tensor_rows(x);
     if (rows == 0) return QK_OK;
@@ -270,25 +185,25 @@ qk_status qk_mx_dequantize(const qk_tensor *q, const qk_tensor *scale, qk_tensor
     const qk_mx_dequantize_impl *impl = &qk_target_table_built.ops.mx_dequantize;
     if (!impl->fn) return qk_fail(QK_ERR_UNSUPPORTED, "%s: no provider implements this op here", fn);
 
-    if ((st = check_tensor(fn, "q", q))) return st;
-    if ((st = check_tensor(fn, "scale", scale))) return st;
-    if ((st = check_tensor(fn, "out", out))) return st;
+    if ((st = qk_check_tensor(fn, "q", q))) return st;
+    if ((st = qk_check_tensor(fn, "scale", scale))) return st;
+    if ((st = qk_check_tensor(fn, "out", out))) return st;
 
     if (q->dtype != QK_DTYPE_F8_E4M3 && q->dtype != QK_DTYPE_F8_E5M2)
         return qk_fail(QK_ERR_DTYPE, "%s: q has dtype %s; expected F8_E4M3 or F8_E5M2", fn,
                        qk_dtype_name(q->dtype));
     if ((st = check_rows_tensor(fn, "q", q))) return st;
-    if ((st = check_dtype(fn, "scale", scale, QK_DTYPE_E8M0))) return st;
+    if ((st = qk_check_dtype(fn, "scale", scale, QK_DTYPE_E8M0))) return st;
     if ((st = check_scale_shape(fn, scale, "q", q))) return st;
-    if ((st = check_last_contiguous(fn, "scale", scale))) return st;
-    if ((st = check_data(fn, "scale", scale))) return st;
-    if ((st = check_float_dtype(fn, "out", out))) return st;
+    if ((st = qk_check_last_contiguous(fn, "scale", scale))) return st;
+    if ((st = qk_check_data(fn, "scale", scale))) return st;
+    if ((st = qk_check_float_dtype(fn, "out", out))) return st;
     if ((st = check_same_shape(fn, "out", out, "q", q))) return st;
     if ((st = check_rows_tensor(fn, "out", out))) return st;
 
-    if ((st = check_no_self_overlap(fn, "out", out))) return st;
-    if ((st = check_disjoint(fn, "out", out, "q", q))) return st;
-    if ((st = check_disjoint(fn, "out", out, "scale", scale))) return st;
+    if ((st = qk_check_no_self_overlap(fn, "out", out))) return st;
+    if ((st = qk_check_disjoint(fn, "out", out, "q", q))) return st;
+    if ((st = qk_check_disjoint(fn, "out", out, "scale", scale))) return st;
 
     const int64_t rows = qk_tensor_rows(q);
     if (rows == 0) return QK_OK;
@@ -334,16 +249,16 @@ qk_status qk_mx_pack_scale_pairs(const qk_tensor *scale, qk_tensor *packed)
     if (!qk_target_table_built.ops.mx_pack_scale_pairs)
         return qk_fail(QK_ERR_UNSUPPORTED, "%s: no provider implements this op here", fn);
 
-    if ((st = check_tensor(fn, "scale", scale))) return st;
-    if ((st = check_tensor(fn, "packed", packed))) return st;
-    if ((st = check_dtype(fn, "scale", scale, QK_DTYPE_E8M0))) return st;
-    if ((st = check_dtype(fn, "packed", packed, QK_DTYPE_E8M0))) return st;
+    if ((st = qk_check_tensor(fn, "scale", scale))) return st;
+    if ((st = qk_check_tensor(fn, "packed", packed))) return st;
+    if ((st = qk_check_dtype(fn, "scale", scale, QK_DTYPE_E8M0))) return st;
+    if ((st = qk_check_dtype(fn, "packed", packed, QK_DTYPE_E8M0))) return st;
     const int32_t sd = scale->ndim;
     const int64_t kb = scale->shape[sd - 1], pairs = (kb + 1) / 2;
     if (kb == 0)
         return qk_fail(QK_ERR_SHAPE, "%s: scale has shape %s; its last dim (blocks per row) must "
                        "be >= 1", fn, qk_shape_str(scale, a, sizeof a));
-    if ((st = check_last_contiguous(fn, "scale", scale))) return st;
+    if ((st = qk_check_last_contiguous(fn, "scale", scale))) return st;
     bool ok = packed->ndim == sd + 1;
     for (int32_t d = 0; ok && d + 1 < sd; d++) ok = packed->shape[d] == scale->shape[d];
     ok = ok && packed->shape[sd - 1] == pairs && packed->shape[sd] == 2;
@@ -356,10 +271,10 @@ qk_status qk_mx_pack_scale_pairs(const qk_tensor *scale, qk_tensor *packed)
         return qk_fail(QK_ERR_LAYOUT, "%s: packed's last two dims have strides [%lld, %lld]; each "
                        "row's pairs must be contiguous (strides [2, 1])", fn,
                        (long long)packed->stride[sd - 1], (long long)packed->stride[sd]);
-    if ((st = check_data(fn, "scale", scale))) return st;
-    if ((st = check_data(fn, "packed", packed))) return st;
-    if ((st = check_no_self_overlap(fn, "packed", packed))) return st;
-    if ((st = check_disjoint(fn, "packed", packed, "scale", scale))) return st;
+    if ((st = qk_check_data(fn, "scale", scale))) return st;
+    if ((st = qk_check_data(fn, "packed", packed))) return st;
+    if ((st = qk_check_no_self_overlap(fn, "packed", packed))) return st;
+    if ((st = qk_check_disjoint(fn, "packed", packed, "scale", scale))) return st;
 
     const int64_t rows = qk_tensor_rows(scale);
     if (rows == 0) return QK_OK;

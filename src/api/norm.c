@@ -2,6 +2,7 @@
  * kernel over the rows (threads split rows when there is enough work). Nothing is
  * written unless every check passed. */
 #include "internal.h"
+#include "api/check.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -14,48 +15,12 @@ static const char *const norm_fn_names[QK_NORM_KINDS] = {
 
 const char *qk_norm_op_name(qk_norm_kind kind) { return qk_op_names[kind]; }
 
-/* Shape, dtype and layout checks shared by every tensor argument. */
-static qk_status check_tensor(const char *fn, const char *name, const qk_tensor *t)
-{
-    if (!t) return qk_fail(QK_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, name);
-    if (t->ndim < 1 || t->ndim > QK_MAX_DIMS)
-        return qk_fail(QK_ERR_SHAPE, "%s: %s has ndim %d; expected 1..%d", fn, name,
-                       (int)t->ndim, QK_MAX_DIMS);
-    for (int32_t d = 0; d < t->ndim; d++)
-        if (t->shape[d] < 0)
-            return qk_fail(QK_ERR_SHAPE, "%s: %s has negative dim %d (%lld)", fn, name,
-                           (int)d, (long long)t->shape[d]);
-    return QK_OK;
-}
-
-static bool has_elements(const qk_tensor *t)
-{
-    for (int32_t d = 0; d < t->ndim; d++)
-        if (t->shape[d] == 0) return false;
-    return true;
-}
-
-static qk_status check_data(const char *fn, const char *name, const qk_tensor *t)
-{
-    if (has_elements(t) && !t->data)
-        return qk_fail(QK_ERR_INVALID_ARGUMENT, "%s: %s->data is NULL", fn, name);
-    return QK_OK;
-}
-
-static qk_status check_float_dtype(const char *fn, const char *name, const qk_tensor *t)
-{
-    if (!qk_is_float_dtype(t->dtype))
-        return qk_fail(QK_ERR_DTYPE, "%s: %s has dtype %s; expected F32, F16 or BF16", fn, name,
-                       qk_dtype_name(t->dtype));
-    return QK_OK;
-}
-
 /* t must have x's shape and dtype and a contiguous last dim. */
 static qk_status check_like_x(const char *fn, const char *name, const qk_tensor *t,
                               const qk_tensor *x, bool same_dtype)
 {
     char a[96], b[96];
-    qk_status st = check_tensor(fn, name, t);
+    qk_status st = qk_check_tensor(fn, name, t);
     if (st) return st;
     bool same = t->ndim == x->ndim;
     for (int32_t d = 0; same && d < x->ndim; d++) same = t->shape[d] == x->shape[d];
@@ -65,43 +30,9 @@ static qk_status check_like_x(const char *fn, const char *name, const qk_tensor 
     if (same_dtype && t->dtype != x->dtype)
         return qk_fail(QK_ERR_DTYPE, "%s: %s has dtype %s but x has dtype %s; they must match",
                        fn, name, qk_dtype_name(t->dtype), qk_dtype_name(x->dtype));
-    if (!same_dtype && (st = check_float_dtype(fn, name, t))) return st;
-    if (t->shape[t->ndim - 1] > 1 && t->stride[t->ndim - 1] != 1)
-        return qk_fail(QK_ERR_LAYOUT, "%s: %s's last dim has stride %lld; it must be contiguous "
-                       "(stride 1)", fn, name, (long long)t->stride[t->ndim - 1]);
-    return check_data(fn, name, t);
-}
-
-/* An output must not write one element twice (a zero or aliasing stride). */
-static qk_status check_no_self_overlap(const char *fn, const char *name, const qk_tensor *t)
-{
-    /* Sufficient condition: sorted by stride, each dim's stride exceeds the extent of the
-       dims inside it. */
-    int idx[QK_MAX_DIMS], n = 0;
-    for (int32_t d = 0; d < t->ndim; d++)
-        if (t->shape[d] > 1) idx[n++] = d;
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && llabs(t->stride[idx[j]]) < llabs(t->stride[idx[j - 1]]); j--) {
-            int tmp = idx[j]; idx[j] = idx[j - 1]; idx[j - 1] = tmp;
-        }
-    int64_t extent = 1;
-    for (int i = 0; i < n; i++) {
-        int64_t s = llabs(t->stride[idx[i]]);
-        if (s < extent)
-            return qk_fail(QK_ERR_LAYOUT, "%s: %s's dim %d has stride %lld, so its elements "
-                           "overlap each other", fn, name, idx[i], (long long)t->stride[idx[i]]);
-        extent = s * (t->shape[idx[i]] - 1) + extent;
-    }
-    return QK_OK;
-}
-
-static qk_status check_disjoint(const char *fn, const char *an, const qk_tensor *a,
-                                const char *bn, const qk_tensor *b)
-{
-    if (qk_tensor_overlap(a, b))
-        return qk_fail(QK_ERR_LAYOUT, "%s: %s overlaps %s; only the in-place forms the op names "
-                       "are allowed", fn, an, bn);
-    return QK_OK;
+    if (!same_dtype && (st = qk_check_float_dtype(fn, name, t))) return st;
+    if ((st = qk_check_last_contiguous(fn, name, t))) return st;
+    return qk_check_data(fn, name, t);
 }
 
 /* out may be exactly `in` (in place) or disjoint from it. */
@@ -137,36 +68,34 @@ qk_status qk_norm_run(qk_norm_kind kind, const qk_norm_impl *impl, const qk_tens
         return qk_fail(QK_ERR_UNSUPPORTED, "%s: no provider implements this op here", fn);
 
     /* NULL arguments */
-    if ((st = check_tensor(fn, "x", x))) return st;
-    if ((st = check_tensor(fn, "weight", weight))) return st;
-    if (add && (st = check_tensor(fn, "residual", extra))) return st;
-    if (gated && (st = check_tensor(fn, "gate", extra))) return st;
-    if ((st = check_tensor(fn, "out", out))) return st;
-    if (add && (st = check_tensor(fn, "residual_out", out2))) return st;
+    if ((st = qk_check_tensor(fn, "x", x))) return st;
+    if ((st = qk_check_tensor(fn, "weight", weight))) return st;
+    if (add && (st = qk_check_tensor(fn, "residual", extra))) return st;
+    if (gated && (st = qk_check_tensor(fn, "gate", extra))) return st;
+    if ((st = qk_check_tensor(fn, "out", out))) return st;
+    if (add && (st = qk_check_tensor(fn, "residual_out", out2))) return st;
     if (!(eps >= 0.0f) || isinf(eps))
         return qk_fail(QK_ERR_INVALID_ARGUMENT, "%s: eps is %g; expected a finite value >= 0",
                        fn, (double)eps);
 
     /* x */
-    if ((st = check_float_dtype(fn, "x", x))) return st;
+    if ((st = qk_check_float_dtype(fn, "x", x))) return st;
     const int64_t H = x->shape[x->ndim - 1];
     if (H == 0)
         return qk_fail(QK_ERR_SHAPE, "%s: x has shape %s; its last dim (H) must be >= 1", fn,
                        qk_shape_str(x, a, sizeof a));
-    if (H > 1 && x->stride[x->ndim - 1] != 1)
-        return qk_fail(QK_ERR_LAYOUT, "%s: x's last dim has stride %lld; it must be contiguous "
-                       "(stride 1)", fn, (long long)x->stride[x->ndim - 1]);
-    if ((st = check_data(fn, "x", x))) return st;
+    if ((st = qk_check_last_contiguous(fn, "x", x))) return st;
+    if ((st = qk_check_data(fn, "x", x))) return st;
 
     /* weight */
-    if ((st = check_float_dtype(fn, "weight", weight))) return st;
+    if ((st = qk_check_float_dtype(fn, "weight", weight))) return st;
     if (weight->ndim != 1 || weight->shape[0] != H)
         return qk_fail(QK_ERR_SHAPE, "%s: weight has shape %s but x's last dim is %lld", fn,
                        qk_shape_str(weight, a, sizeof a), (long long)H);
     if (H > 1 && weight->stride[0] != 1)
         return qk_fail(QK_ERR_LAYOUT, "%s: weight has stride %lld; it must be contiguous", fn,
                        (long long)weight->stride[0]);
-    if ((st = check_data(fn, "weight", weight))) return st;
+    if ((st = qk_check_data(fn, "weight", weight))) return st;
 
     /* the other inputs and the outputs */
     if (add && (st = check_like_x(fn, "residual", extra, x, true))) return st;
@@ -175,7 +104,7 @@ qk_status qk_norm_run(qk_norm_kind kind, const qk_norm_impl *impl, const qk_tens
     if (add && (st = check_like_x(fn, "residual_out", out2, x, true))) return st;
     const bool want_rstd = !add && out2 != NULL;
     if (want_rstd) {
-        if ((st = check_tensor(fn, "rstd", out2))) return st;
+        if ((st = qk_check_tensor(fn, "rstd", out2))) return st;
         if (out2->dtype != QK_DTYPE_F32)
             return qk_fail(QK_ERR_DTYPE, "%s: rstd has dtype %s; expected F32", fn,
                            qk_dtype_name(out2->dtype));
@@ -194,27 +123,27 @@ qk_status qk_norm_run(qk_norm_kind kind, const qk_norm_impl *impl, const qk_tens
             return qk_fail(QK_ERR_SHAPE, "%s: rstd has shape %s; expected x's leading shape %s",
                            fn, qk_shape_str(out2, a, sizeof a), qk_shape_str(&lead, b, sizeof b));
         }
-        if ((st = check_data(fn, "rstd", out2))) return st;
+        if ((st = qk_check_data(fn, "rstd", out2))) return st;
     }
 
     /* aliasing: outputs never write one element twice, and overlap inputs only in place */
-    if ((st = check_no_self_overlap(fn, "out", out))) return st;
-    if (add && (st = check_no_self_overlap(fn, "residual_out", out2))) return st;
-    if (want_rstd && (st = check_no_self_overlap(fn, "rstd", out2))) return st;
+    if ((st = qk_check_no_self_overlap(fn, "out", out))) return st;
+    if (add && (st = qk_check_no_self_overlap(fn, "residual_out", out2))) return st;
+    if (want_rstd && (st = qk_check_no_self_overlap(fn, "rstd", out2))) return st;
     if ((st = check_inplace_or_disjoint(fn, "out", out, "x", x))) return st;
-    if ((st = check_disjoint(fn, "out", out, "weight", weight))) return st;
+    if ((st = qk_check_disjoint(fn, "out", out, "weight", weight))) return st;
     if (add) {
         if ((st = check_inplace_or_disjoint(fn, "residual_out", out2, "residual", extra))) return st;
-        if ((st = check_disjoint(fn, "residual_out", out2, "x", x))) return st;
-        if ((st = check_disjoint(fn, "residual_out", out2, "weight", weight))) return st;
-        if ((st = check_disjoint(fn, "out", out, "residual", extra))) return st;
-        if ((st = check_disjoint(fn, "out", out, "residual_out", out2))) return st;
+        if ((st = qk_check_disjoint(fn, "residual_out", out2, "x", x))) return st;
+        if ((st = qk_check_disjoint(fn, "residual_out", out2, "weight", weight))) return st;
+        if ((st = qk_check_disjoint(fn, "out", out, "residual", extra))) return st;
+        if ((st = qk_check_disjoint(fn, "out", out, "residual_out", out2))) return st;
     }
-    if (gated && (st = check_disjoint(fn, "out", out, "gate", extra))) return st;
+    if (gated && (st = qk_check_disjoint(fn, "out", out, "gate", extra))) return st;
     if (want_rstd) {
-        if ((st = check_disjoint(fn, "rstd", out2, "x", x))) return st;
-        if ((st = check_disjoint(fn, "rstd", out2, "weight", weight))) return st;
-        if ((st = check_disjoint(fn, "rstd", out2, "out", out))) return st;
+        if ((st = qk_check_disjoint(fn, "rstd", out2, "x", x))) return st;
+        if ((st = qk_check_disjoint(fn, "rstd", out2, "weight", weight))) return st;
+        if ((st = qk_check_disjoint(fn, "rstd", out2, "out", out))) return st;
     }
 
     const int64_t rows = qk_tensor_rows(x);

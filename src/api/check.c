@@ -1,0 +1,88 @@
+/* Argument checks shared by the API entry points (see check.h). */
+#include "api/check.h"
+
+#include <stdlib.h>
+
+qk_status qk_check_tensor(const char *fn, const char *name, const qk_tensor *t)
+{
+    if (!t) return qk_fail(QK_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, name);
+    if (t->ndim < 1 || t->ndim > QK_MAX_DIMS)
+        return qk_fail(QK_ERR_SHAPE, "%s: %s has ndim %d; expected 1..%d", fn, name,
+                       (int)t->ndim, QK_MAX_DIMS);
+    for (int32_t d = 0; d < t->ndim; d++)
+        if (t->shape[d] < 0)
+            return qk_fail(QK_ERR_SHAPE, "%s: %s has negative dim %d (%lld)", fn, name, (int)d,
+                           (long long)t->shape[d]);
+    return QK_OK;
+}
+
+bool qk_tensor_has_elements(const qk_tensor *t)
+{
+    for (int32_t d = 0; d < t->ndim; d++)
+        if (t->shape[d] == 0) return false;
+    return true;
+}
+
+qk_status qk_check_data(const char *fn, const char *name, const qk_tensor *t)
+{
+    if (qk_tensor_has_elements(t) && !t->data)
+        return qk_fail(QK_ERR_INVALID_ARGUMENT, "%s: %s->data is NULL", fn, name);
+    return QK_OK;
+}
+
+qk_status qk_check_dtype(const char *fn, const char *name, const qk_tensor *t, qk_dtype want)
+{
+    if (t->dtype != want)
+        return qk_fail(QK_ERR_DTYPE, "%s: %s has dtype %s; expected %s", fn, name,
+                       qk_dtype_name(t->dtype), qk_dtype_name(want));
+    return QK_OK;
+}
+
+qk_status qk_check_float_dtype(const char *fn, const char *name, const qk_tensor *t)
+{
+    if (!qk_is_float_dtype(t->dtype))
+        return qk_fail(QK_ERR_DTYPE, "%s: %s has dtype %s; expected F32, F16 or BF16", fn, name,
+                       qk_dtype_name(t->dtype));
+    return QK_OK;
+}
+
+qk_status qk_check_last_contiguous(const char *fn, const char *name, const qk_tensor *t)
+{
+    const int32_t d = t->ndim - 1;
+    if (t->shape[d] > 1 && t->stride[d] != 1)
+        return qk_fail(QK_ERR_LAYOUT, "%s: %s's last dim has stride %lld; it must be contiguous "
+                       "(stride 1)", fn, name, (long long)t->stride[d]);
+    return QK_OK;
+}
+
+qk_status qk_check_no_self_overlap(const char *fn, const char *name, const qk_tensor *t)
+{
+    /* Sufficient: ordered by |stride|, each dim's stride covers the extent of those inside. */
+    int idx[QK_MAX_DIMS], n = 0;
+    for (int32_t d = 0; d < t->ndim; d++)
+        if (t->shape[d] > 1) idx[n++] = d;
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && llabs(t->stride[idx[j]]) < llabs(t->stride[idx[j - 1]]); j--) {
+            int tmp = idx[j];
+            idx[j] = idx[j - 1];
+            idx[j - 1] = tmp;
+        }
+    int64_t extent = 1;
+    for (int i = 0; i < n; i++) {
+        const int64_t s = llabs(t->stride[idx[i]]);
+        if (s < extent)
+            return qk_fail(QK_ERR_LAYOUT, "%s: %s's dim %d has stride %lld, so its elements "
+                           "overlap each other", fn, name, idx[i], (long long)t->stride[idx[i]]);
+        extent = s * (t->shape[idx[i]] - 1) + extent;
+    }
+    return QK_OK;
+}
+
+qk_status qk_check_disjoint(const char *fn, const char *an, const qk_tensor *a, const char *bn,
+                            const qk_tensor *b)
+{
+    if (qk_tensor_overlap(a, b))
+        return qk_fail(QK_ERR_LAYOUT, "%s: %s overlaps %s; outputs may not overlap inputs or each "
+                       "other, except in the in-place forms the op names", fn, an, bn);
+    return QK_OK;
+}
