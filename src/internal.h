@@ -156,6 +156,10 @@ typedef void (*qk_mx_dequantize_row_fn)(const uint8_t *q, qk_dtype qdt, const ui
                                         int64_t K, void *out, qk_dtype odt);
 typedef struct qk_mx_quantize_impl { const char *provider; qk_mx_quantize_row_fn fn; } qk_mx_quantize_impl;
 typedef struct qk_mx_dequantize_impl { const char *provider; qk_mx_dequantize_row_fn fn; } qk_mx_dequantize_impl;
+/* qk_mx_quantize with a given provider (the public call passes its target's; the serving
+   layer's reference backend passes ref's): the same checks, then impl's row kernel. */
+QK_HIDDEN qk_status qk_mx_quantize_with(const qk_mx_quantize_impl *impl, const qk_tensor *x,
+                                        const qk_mx_options *opt, qk_tensor *q, qk_tensor *scale);
 
 /* The W8A8 linear: a provider prepares the weight into its own layout and runs it.
    qk_linear_call describes a validated call (x rows flattened through qk_rows). */

@@ -108,11 +108,17 @@ static void quant_range(const void *ctx, int64_t begin, int64_t end)
 qk_status qk_mx_quantize(const qk_tensor *x, const qk_mx_options *opt, qk_tensor *q,
                          qk_tensor *scale)
 {
+    return qk_mx_quantize_with(&qk_target_table_built.ops.mx_quantize, x, opt, q, scale);
+}
+
+qk_status qk_mx_quantize_with(const qk_mx_quantize_impl *impl, const qk_tensor *x,
+                              const qk_mx_options *opt, qk_tensor *q, qk_tensor *scale)
+{
     static const char fn[] = "qk_mx_quantize";
     qk_status st = qk_init();
     if (st) return st;
-    const qk_mx_quantize_impl *impl = &qk_target_table_built.ops.mx_quantize;
-    if (!impl->fn) return qk_fail(QK_ERR_UNSUPPORTED, "%s: no provider implements this op here", fn);
+    if (!impl || !impl->fn)
+        return qk_fail(QK_ERR_UNSUPPORTED, "%s: no provider implements this op here", fn);
 
     if ((st = qk_check_tensor(fn, "x", x))) return st;
     if ((st = qk_check_tensor(fn, "q", q))) return st;

@@ -64,69 +64,6 @@ qk_status qk_serve_rms_norm_gated(qk_backend b, const qk_tensor *x, const qk_ten
 }
 
 /* ---- mxfp8_quantize ---- */
-/* The stable API has no provider-parameterised quantize entry, so the reference backend's
-   calls are checked here with qk_mx_quantize's rules (mxfp8.md, api.md) before the
-   reference row kernel runs. */
-static qk_status ref_quantize(const qk_tensor *x, const qk_mx_options *opt, qk_tensor *q,
-                              qk_tensor *scale)
-{
-    static const char fn[] = "qk_serve_mxfp8_quantize(reference)";
-    char a[96], b[96];
-    qk_status st = qk_init();
-    if (st) return st;
-    const qk_tensor *ts[3] = {x, q, scale};
-    static const char *const tn[3] = {"x", "q", "scale"};
-    for (int i = 0; i < 3; i++) {
-        if (!ts[i]) return qk_fail(QK_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, tn[i]);
-        if (ts[i]->ndim < 1 || ts[i]->ndim > QK_MAX_DIMS)
-            return qk_fail(QK_ERR_SHAPE, "%s: %s has ndim %d; expected 1..%d", fn, tn[i],
-                           (int)ts[i]->ndim, QK_MAX_DIMS);
-        for (int32_t d = 0; d < ts[i]->ndim; d++)
-            if (ts[i]->shape[d] < 0)
-                return qk_fail(QK_ERR_SHAPE, "%s: %s has negative dim %d", fn, tn[i], (int)d);
-    }
-    const qk_mx_options o = opt ? *opt : qk_mx_options_default();
-    if ((o.elem != QK_DTYPE_F8_E4M3 && o.elem != QK_DTYPE_F8_E5M2) ||
-        (unsigned)o.scale_rule > (unsigned)QK_MX_SCALE_RCEIL ||
-        (unsigned)o.round > (unsigned)QK_ROUND_NEAREST_AWAY)
-        return qk_fail(QK_ERR_INVALID_ARGUMENT, "%s: options out of range (elem %d, scale_rule %d, "
-                       "round %d)", fn, (int)o.elem, (int)o.scale_rule, (int)o.round);
-    if (!qk_is_float_dtype(x->dtype))
-        return qk_fail(QK_ERR_DTYPE, "%s: x has dtype %s; expected F32, F16 or BF16", fn,
-                       qk_dtype_name(x->dtype));
-    if (q->dtype != o.elem)
-        return qk_fail(QK_ERR_DTYPE, "%s: q has dtype %s but the options' elem is %s; they must "
-                       "match", fn, qk_dtype_name(q->dtype), qk_dtype_name(o.elem));
-    if (scale->dtype != QK_DTYPE_E8M0)
-        return qk_fail(QK_ERR_DTYPE, "%s: scale has dtype %s; expected F8_E8M0", fn,
-                       qk_dtype_name(scale->dtype));
-    const int64_t K = x->shape[x->ndim - 1], kb = (K + QK_MX_BLOCK - 1) / QK_MX_BLOCK;
-    if (K == 0) return qk_fail(QK_ERR_SHAPE, "%s: x's last dim (K) must be >= 1", fn);
-    bool same = q->ndim == x->ndim && scale->ndim == x->ndim && scale->shape[x->ndim - 1] == kb;
-    for (int32_t d = 0; same && d < x->ndim; d++)
-        same = q->shape[d] == x->shape[d] && (d + 1 == x->ndim || scale->shape[d] == x->shape[d]);
-    if (!same)
-        return qk_fail(QK_ERR_SHAPE, "%s: q %s and scale %s must be x's shape %s and [..., %lld]", fn,
-                       qk_shape_str(q, a, sizeof a), qk_shape_str(scale, b, sizeof b),
-                       qk_shape_str(x, b, sizeof b), (long long)kb);
-    for (int i = 0; i < 3; i++) {
-        const qk_tensor *t = ts[i];
-        if (t->shape[t->ndim - 1] > 1 && t->stride[t->ndim - 1] != 1)
-            return qk_fail(QK_ERR_LAYOUT, "%s: %s's last dim must be contiguous", fn, tn[i]);
-        if (qk_tensor_rows(t) > 0 && !t->data)
-            return qk_fail(QK_ERR_INVALID_ARGUMENT, "%s: %s->data is NULL", fn, tn[i]);
-    }
-    if (qk_tensor_overlap(q, x) || qk_tensor_overlap(scale, x) || qk_tensor_overlap(q, scale))
-        return qk_fail(QK_ERR_LAYOUT, "%s: outputs may not overlap x or each other", fn);
-    const int64_t rows = qk_tensor_rows(x);
-    const qk_rows xr = qk_rows_of(x), qr = qk_rows_of(q), sr = qk_rows_of(scale);
-    for (int64_t i = 0; i < rows; i++)
-        qk_provider_ref.ops.mx_quantize.fn((const char *)x->data + qk_rows_offset(&xr, i), x->dtype,
-                                           K, &o, (uint8_t *)q->data + qk_rows_offset(&qr, i),
-                                           (uint8_t *)scale->data + qk_rows_offset(&sr, i));
-    return QK_OK;
-}
-
 qk_status qk_serve_mxfp8_quantize(qk_backend b, const qk_tensor *x, const qk_mx_options *opt,
                                   qk_tensor *q, qk_tensor *scale)
 {
@@ -134,7 +71,8 @@ qk_status qk_serve_mxfp8_quantize(qk_backend b, const qk_tensor *x, const qk_mx_
     qk_status st = qk_serve_select(QK_OP_MXFP8_QUANTIZE, b, &c);
     if (st != QK_OK) return st;
     if (c == QK_BACKEND_TARGET) return qk_mx_quantize(x, opt, q, scale);
-    if (c == QK_BACKEND_REFERENCE) return ref_quantize(x, opt, q, scale);
+    if (c == QK_BACKEND_REFERENCE)
+        return qk_mx_quantize_with(&qk_provider_ref.ops.mx_quantize, x, opt, q, scale);
     st = qk_serve_lib()->ops.mx_quantize(x, opt, q, scale);
     return st == QK_OK ? QK_OK : qk_serve_lib_fail(st, "mxfp8_quantize");
 }
