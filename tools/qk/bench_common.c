@@ -831,3 +831,30 @@ void qkb_json_bandwidth(qkb_json *j, const char *key, const qkb_bandwidth *b)
     qkb_json_int(j, "buffers", b->nbuf);
     qkb_json_end(j);
 }
+
+bool qkb_plan_protocol(qkb_variant *v, qkb_call_fn fn, void *ctx, bool quick, bool probe_slow,
+                       int slow_warmup)
+{
+    bool fewer = false;
+    memset(v, 0, sizeof *v);
+    v->fn = fn;
+    v->ctx = ctx;
+    v->warmup = 50;
+    v->reps = 200;
+    v->max_seconds = QKB_RUN_CAP_S;
+    v->min_reps = 40;
+    if (quick) {
+        v->warmup = 2;
+        v->reps = 5;
+    } else if (probe_slow) {
+        const double t0 = qkb_now();
+        fn(ctx, 0);
+        if ((qkb_now() - t0) * (v->warmup + v->reps) > QKB_SLOW_RUN_S) {
+            v->warmup = slow_warmup;
+            v->reps = 40;
+            fewer = true;
+        }
+        v->warmup--;
+    }
+    return fewer;
+}

@@ -73,6 +73,14 @@ typedef struct qkb_variant {
     qkb_stats st;            /* out */
 } qkb_variant;
 void qkb_time_interleaved(qkb_variant *v, int n, int block);
+/* The protocol's calls for one variant: 50 warm-ups + 200 timed calls, each run capped at
+   QKB_RUN_CAP_S (and >= 40 calls); quick: 2 + 5. A variant that may be slow (probe_slow)
+   is probed with one call, counted as a warm-up: where 250 calls would take longer than
+   QKB_SLOW_RUN_S it gets slow_warmup + 40. Returns whether the variant got fewer calls. */
+#define QKB_SLOW_RUN_S 1.5
+#define QKB_RUN_CAP_S 3.0
+bool qkb_plan_protocol(qkb_variant *v, qkb_call_fn fn, void *ctx, bool quick, bool probe_slow,
+                       int slow_warmup);
 /* As qkb_time_calls, but each sample times a batch of calls long enough (>= ~20 us) that
    the timer's own cost vanishes; the stats are per call. For limits, not for ops. */
 qkb_stats qkb_time_batched(qkb_call_fn fn, void *ctx, int warmup, int reps);

@@ -20,8 +20,6 @@
 #define EPS 1e-6f
 #define MAXP 8                         /* providers */
 #define FRACTION_MIN_BYTES (64 << 10)  /* cells in the fraction-of-copy geometric mean */
-#define REF_RUN_BUDGET_S 1.5           /* ref runs longer than this: 10 + 40 calls */
-#define RUN_CAP_S 3.0                  /* any run: stop after this long (and >= 40 calls) */
 #define INTERLEAVE_BLOCK 10            /* timed calls per turn of a run (after one untimed) */
 #define TARGET_FRACTION 0.80
 #define TARGET_VS_COMPOSITE 5.0
@@ -268,31 +266,11 @@ static void timed_call(void *p, int64_t iter)
     call_once(x, (int)(iter % x->nbuf));
 }
 
-/* The protocol's calls for one variant: 50 + 200, fewer for ref where 250 calls would take
-   longer than REF_RUN_BUDGET_S (probed with one call, which counts as a warm-up). */
+/* The protocol's calls for one variant (qkb_plan_protocol), ref probed for slowness. */
 static void plan_variant(const bench *bn, call_ctx *x, qkb_variant *v, run_result *r)
 {
-    memset(v, 0, sizeof *v);
     memset(r, 0, sizeof *r);
-    v->fn = timed_call;
-    v->ctx = x;
-    v->warmup = 50;
-    v->reps = 200;
-    v->max_seconds = RUN_CAP_S;
-    v->min_reps = 40;
-    if (bn->opt.quick) {
-        v->warmup = 2;
-        v->reps = 5;
-    } else if (x->m != M_COMPOSITE && !strcmp(x->p->name, "ref")) {
-        const double t0 = qkb_now();
-        timed_call(x, 0);
-        if ((qkb_now() - t0) * (v->warmup + v->reps) > REF_RUN_BUDGET_S) {
-            v->warmup = 10;
-            v->reps = 40;
-            r->few_reps = true;
-        }
-        v->warmup--;
-    }
+    r->few_reps = qkb_plan_protocol(v, timed_call, x, bn->opt.quick, x->m != M_COMPOSITE && !strcmp(x->p->name, "ref"), 10);
 }
 
 static void finish_variant(const bench *bn, const call_ctx *x, const qkb_variant *v,
@@ -613,8 +591,8 @@ static bool write_json(const bench *bn, const comparison *cmp, int ncmp, const s
     qkb_json_str(&j, "x_residual", "uniform in [-2, 2)");
     qkb_json_int(&j, "warmup", bn->opt.quick ? 2 : 50);
     qkb_json_int(&j, "reps", bn->opt.quick ? 5 : 200);
-    qkb_json_num(&j, "ref_fewer_reps_above_run_s", REF_RUN_BUDGET_S);
-    qkb_json_num(&j, "run_cap_s", RUN_CAP_S);
+    qkb_json_num(&j, "ref_fewer_reps_above_run_s", QKB_SLOW_RUN_S);
+    qkb_json_num(&j, "run_cap_s", QKB_RUN_CAP_S);
     qkb_json_str(&j, "timing", "the runs of one cell and op take turns (round robin): in a "
                  "turn a run makes one untimed call, then 10 calls each timed on its own; the "
                  "warmup count includes those untimed calls; the copy limit is the better of "
@@ -830,7 +808,7 @@ int qk_bench_norm(int argc, char **argv)
     else
         printf("protocol: 50 warm-ups + 200 timed calls per run; the runs of a cell take turns "
                "(1 untimed + 10 timed calls each); eps 1e-6, BF16 weight in [-0.1, 0.1)\n* = fewer timed calls: ref with 10 + 40 where 250 would take > %.1f s; "
-               "any run stopped after %.0f s (a loaded machine)\n", REF_RUN_BUDGET_S, RUN_CAP_S);
+               "any run stopped after %.0f s (a loaded machine)\n", QKB_SLOW_RUN_S, QKB_RUN_CAP_S);
     fflush(stdout);
 
     const double t_start = qkb_now();

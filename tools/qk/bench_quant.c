@@ -16,8 +16,6 @@
 
 #define MAXP 8
 #define TARGET_FRACTION 0.50
-#define REF_RUN_BUDGET_S 1.5 /* ref runs longer than this: 5 + 40 calls */
-#define RUN_CAP_S 3.0        /* any run: stop after this long (and >= 40 calls) */
 /* below this many bytes moved a call runs on one thread, as in src/api/mx.c */
 #define MIN_PARALLEL_BYTES (128 << 10)
 #define INTERLEAVE_BLOCK 10  /* timed calls per variant per turn */
@@ -151,31 +149,11 @@ static void timed_call(void *p, int64_t iter)
     call_once(x, (int)(iter % x->b->n));
 }
 
-/* The protocol's calls for one variant: 50 + 200, fewer for ref where 250 calls would take
-   longer than REF_RUN_BUDGET_S (probed with one call, which counts as a warm-up). */
+/* The protocol's calls for one variant (qkb_plan_protocol), ref probed for slowness. */
 static void plan_variant(const bench *bn, call_ctx *x, qkb_variant *v, run_result *r)
 {
-    memset(v, 0, sizeof *v);
     memset(r, 0, sizeof *r);
-    v->fn = timed_call;
-    v->ctx = x;
-    v->warmup = 50;
-    v->reps = 200;
-    v->max_seconds = RUN_CAP_S;
-    v->min_reps = 40;
-    if (bn->opt.quick) {
-        v->warmup = 2;
-        v->reps = 5;
-    } else if (x->p && !strcmp(x->p->name, "ref")) {
-        const double t0 = qkb_now();
-        timed_call(x, 0);
-        if ((qkb_now() - t0) * (v->warmup + v->reps) > REF_RUN_BUDGET_S) {
-            v->warmup = 5;
-            v->reps = 40;
-            r->few_reps = true;
-        }
-        v->warmup--;
-    }
+    r->few_reps = qkb_plan_protocol(v, timed_call, x, bn->opt.quick, x->p && !strcmp(x->p->name, "ref"), 5);
 }
 
 static void finish_variant(const bench *bn, call_ctx *x, const qkb_variant *v, run_result *r)
@@ -265,7 +243,7 @@ static bool write_json(const bench *bn, double timer, double g_api)
     qkb_json_str(&j, "x", "BF16, sum of three uniforms in [-1, 1), every 997th element x40");
     qkb_json_int(&j, "warmup", bn->opt.quick ? 2 : 50);
     qkb_json_int(&j, "reps", bn->opt.quick ? 5 : 200);
-    qkb_json_num(&j, "run_cap_s", RUN_CAP_S);
+    qkb_json_num(&j, "run_cap_s", QKB_RUN_CAP_S);
     qkb_json_num(&j, "timer_overhead_s", timer);
     qkb_json_num(&j, "other_processes_cores_busy", bn->other_load);
     qkb_json_end(&j);
