@@ -2,6 +2,9 @@
 #include "harness.h"
 
 #include <math.h>
+#include <stdlib.h>
+
+#include "qkern.h"
 
 long qk_test_checks, qk_test_failures, qk_test_cases_passed, qk_test_cases_failed;
 const char *qk_test_current = "";
@@ -24,6 +27,14 @@ void qk_test_run(const char *name, void (*fn)(void))
 void qk_test_skip(const char *what, const char *why)
 {
     printf("SKIP %s: %s\n", what, why);
+}
+
+void qk_test_require_cpu(const char *test)
+{
+    if (qk_init() != QK_ERR_CPU) return;
+    printf("SKIP %s: this CPU cannot run target %s (%s)\n", test, qk_target(), qk_last_error());
+    fflush(stdout);
+    exit(QK_TEST_EXIT_SKIP);
 }
 
 int qk_test_finish(void)

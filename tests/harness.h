@@ -29,6 +29,12 @@ void qk_test_run(const char *name, void (*fn)(void));
 #define RUN(fn) qk_test_run(#fn, fn)
 /* Prints a visible skip line. */
 void qk_test_skip(const char *what, const char *why);
+/* Exit status of a test that cannot run here; CMake marks it skipped (SKIP_RETURN_CODE). */
+#define QK_TEST_EXIT_SKIP 77
+/* For tests that call the library's ops: when this CPU lacks the build target's
+   instructions (qk_init gives QK_ERR_CPU), prints a visible SKIP line naming the target and
+   exits with QK_TEST_EXIT_SKIP; test_targets checks that refusal itself. */
+void qk_test_require_cpu(const char *test);
 /* Prints the summary line and returns the exit status. */
 int qk_test_finish(void);
 

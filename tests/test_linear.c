@@ -664,6 +664,7 @@ static void test_linear_call_errors(void)
 
 int main(void)
 {
+    qk_test_require_cpu("test_linear");
     RUN(test_linear_weight_create_errors);
     RUN(test_linear_call_errors);
     RUN(test_linear_activation_is_qk_mx_quantize);

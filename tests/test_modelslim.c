@@ -880,6 +880,7 @@ static void test_tool_quantize(void)
 
 int main(void)
 {
+    qk_test_require_cpu("test_modelslim");
     scratch_dir(scratch, sizeof scratch, "ms");
     if (!scratch[0]) return 1;
     RUN(test_corpus_modelslim);

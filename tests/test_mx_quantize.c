@@ -1006,6 +1006,7 @@ static void test_staged_providers_reported(void)
 
 int main(void)
 {
+    qk_test_require_cpu("test_mx_quantize");
     build_table(&E4M3);
     build_table(&E5M2);
     RUN(test_rceil_reciprocal_constant);

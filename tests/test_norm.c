@@ -324,6 +324,7 @@ static void test_nonfinite_rows_isolated(void)
 
 int main(void)
 {
+    qk_test_require_cpu("test_norm");
     if (qk_init() != QK_OK) {
         printf("qk_init: %s\n", qk_last_error());
         return 1;

@@ -278,6 +278,7 @@ static void test_status_names(void)
 
 int main(void)
 {
+    qk_test_require_cpu("test_norm_errors");
     RUN(test_status_names);
     RUN(test_rows_zero_is_ok_and_writes_nothing);
     RUN(test_h_zero_is_shape_error);

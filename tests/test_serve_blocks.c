@@ -519,6 +519,7 @@ static void teardown(void)
 
 int main(void)
 {
+    qk_test_require_cpu("test_serve_blocks");
     RUN(setup_08b);
     RUN(text_mlp_half_from_modelslim);
     RUN(vision_mlp_k4304_from_modelslim);

@@ -121,6 +121,7 @@ static void demo_model_with_mismatched_names(void)
 
 int main(void)
 {
+    qk_test_require_cpu("test_serve_demo");
     scratch_dir(root, sizeof root, "serve_demo");
     RUN(demo_passes);
     RUN(demo_fails_when_a_check_is_forced_to_fail);

@@ -427,6 +427,7 @@ static void mxfp8_linear_bad_checkpoint_tensors(void)
 
 int main(void)
 {
+    qk_test_require_cpu("test_serve_layers");
     fill();
     fill_linear();
     RUN(fresh_weights_gemma_0_plain_1);

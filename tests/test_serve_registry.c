@@ -398,6 +398,7 @@ static void info_lists_the_registry(void)
 
 int main(void)
 {
+    qk_test_require_cpu("test_serve_registry");
     setenv("QK_FORCE_BACKEND", "reference", 1);
     fill_inputs();
     RUN(environment_force_backend);

@@ -80,7 +80,45 @@ static void test_cpu_lacking_features_is_refused(void)
     }
     qk_test_set_cpu_query(NULL);
     qk_test_reset_init();
-    CHECK(qk_init() == QK_OK, "init after restoring the real query: %s", qk_last_error());
+    const qk_status want = (t->cpu_features & ~qk_cpu_features()) ? QK_ERR_CPU : QK_OK;
+    CHECK(qk_init() == want, "init after restoring the real query gave %s, want %s (%s)",
+          qk_status_name(qk_init()), qk_status_name(want), qk_last_error());
+}
+
+/* The real CPUID path (no fake): on a host lacking some of the target's instructions, the
+   first call is refused with QK_ERR_CPU naming each missing feature and a target this host
+   runs; on a host that has them all, init succeeds. */
+static void test_real_cpu_is_checked(void)
+{
+    const qk_target_table *t = &qk_target_table_built;
+    const unsigned have = qk_cpu_features(), missing = t->cpu_features & ~have;
+    qk_test_reset_init();
+    qk_status st = qk_init();
+    if (!missing) {
+        CHECK(st == QK_OK, "this CPU has every feature of %s, init gave %s: %s", t->name,
+              qk_status_name(st), qk_last_error());
+        return;
+    }
+    printf("note: this CPU lacks instructions of target %s: %s\n", t->name, qk_last_error());
+    CHECK(st == QK_ERR_CPU, "init on this CPU gave %s", qk_status_name(st));
+    const char *m = qk_last_error();
+    for (unsigned bit = 1; bit && bit <= missing; bit <<= 1)
+        if (missing & bit)
+            CHECK(strstr(m, qk_cpu_feature_name(bit)) != NULL, "message does not name %s: %s",
+                  qk_cpu_feature_name(bit), m);
+    const unsigned v3 = QK_CPU_AVX2 | QK_CPU_FMA | QK_CPU_F16C;
+    const char *alt = (have & v3) == v3 ? "-DQK_TARGET=x86-64-v3" : "-DQK_TARGET=generic";
+    CHECK(strstr(m, alt) != NULL, "message does not advise %s: %s", alt, m);
+    /* every op refuses, writing nothing, and keeps refusing */
+    int64_t H = 4;
+    float x[4] = {1, 2, 3, 4}, w[4] = {0}, out[4];
+    memset(out, 0x5A, sizeof out);
+    qk_tensor xt = qk_tensor_make(x, QK_DTYPE_F32, 1, &H), wt = qk_tensor_make(w, QK_DTYPE_F32, 1, &H);
+    qk_tensor ot = qk_tensor_make(out, QK_DTYPE_F32, 1, &H);
+    CHECK(qk_rms_norm(&xt, &wt, 1e-6f, &ot, NULL) == QK_ERR_CPU, "an op ran on a refused CPU");
+    CHECK(qk_init() == QK_ERR_CPU, "a second init must refuse too");
+    const unsigned char *o = (const unsigned char *)out;
+    for (size_t i = 0; i < sizeof out; i++) CHECK(o[i] == 0x5A, "output written");
 }
 
 static unsigned only_v3(void) { return QK_CPU_AVX2 | QK_CPU_FMA | QK_CPU_F16C; }
@@ -107,5 +145,6 @@ int main(void)
     RUN(test_info_strings);
     RUN(test_cpu_lacking_features_is_refused);
     RUN(test_v4_on_v3_cpu_names_v3);
+    RUN(test_real_cpu_is_checked);
     return qk_test_finish();
 }

@@ -4,27 +4,11 @@
  * its plots go to FILE-norm.svg, FILE-quant.svg, FILE-linear.svg. */
 #include "qk_tool.h"
 #include "bench_common.h"
+#include "qkern.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Until bench_quant.c / bench_linear.c are written, these keep the tool linking. */
-__attribute__((weak)) int qk_bench_quant(int argc, char **argv)
-{
-    (void)argc;
-    (void)argv;
-    printf("qk bench quant: not built yet\n");
-    return 0;
-}
-
-__attribute__((weak)) int qk_bench_linear(int argc, char **argv)
-{
-    (void)argc;
-    (void)argv;
-    printf("qk bench linear: not built yet\n");
-    return 0;
-}
 
 static const struct {
     const char *name;
@@ -143,6 +127,12 @@ int qk_cmd_bench(int argc, char **argv)
     if (argc < 2) return usage(stderr);
     const char *what = argv[1];
     if (!strcmp(what, "-h") || !strcmp(what, "--help") || !strcmp(what, "help")) return usage(stdout);
+    /* the protocols are compiled for the build target's instructions: refuse here, in
+       portable code, before any of them runs on a CPU that lacks them */
+    if (qk_init() != QK_OK) {
+        fprintf(stderr, "qk bench: %s\n", qk_last_error());
+        return 1;
+    }
     if (!strcmp(what, "all")) return bench_all(argc - 1, argv + 1);
     for (int p = 0; p < NPROTO; p++)
         if (!strcmp(what, protocols[p].name)) return protocols[p].fn(argc - 1, argv + 1);
