@@ -322,6 +322,85 @@ static void test_nonfinite_rows_isolated(void)
     }
 }
 
+/* A row's bits do not depend on the rows beside it: every provider gives each row of a
+   5-row call (which takes the pipelined multi-row paths) exactly what the same row gives
+   alone (the single-row path), for every x dtype, plain/Gemma/add forms and tail lengths,
+   with a NaN row, an Inf row, a zero row and, in a second pass, a NaN weight element. */
+static void test_row_bits_independent_of_batch(void)
+{
+    static const int64_t Hb[] = {1, 7, 16, 17, 33, 64, 100, 129, 1000, 4304};
+    static const qk_norm_kind kinds[] = {QK_NORM_RMS, QK_NORM_GEMMA, QK_NORM_ADD_GEMMA};
+    enum { R = 5 };
+    for (int pi = 0; qk_all_providers[pi]; pi++) {
+        const qk_provider_set *p = qk_all_providers[pi];
+        if (!provider_runs(p)) continue;
+        for (int di = 0; di < 3; di++)
+            for (int ki = 0; ki < 3; ki++)
+                for (int hi = 0; hi < (int)(sizeof Hb / sizeof Hb[0]); hi++)
+                    for (int wnan = 0; wnan < 2; wnan++) {
+                        const qk_dtype dt = Dt[di];
+                        const qk_norm_kind kind = kinds[ki];
+                        const int add = kind == QK_NORM_ADD_GEMMA;
+                        const int64_t H = Hb[hi], es = (int64_t)t_size(dt);
+                        uint64_t rng = 11 + (uint64_t)(hi * 7 + ki * 3 + di);
+                        unsigned char *x = malloc((size_t)(R * H * es)), *res = malloc((size_t)(R * H * es));
+                        unsigned char *o1 = malloc((size_t)(R * H * es)), *o2 = malloc((size_t)(R * H * es));
+                        unsigned char *r1 = malloc((size_t)(R * H * es)), *r2 = malloc((size_t)(R * H * es));
+                        float *w = malloc((size_t)H * sizeof(float));
+                        for (int64_t i = 0; i < R * H; i++) {
+                            double v = qk_rand_normal(&rng), u = qk_rand_normal(&rng) * 0.5;
+                            if (i / H == 1) v = i % H == H / 2 ? NAN : v;
+                            if (i / H == 2) v = i % H == 0 ? INFINITY : v;
+                            if (i / H == 3) v = u = 0.0;
+                            t_store_bits(x, dt, i, t_encode(t_round(v, dt), dt));
+                            t_store_bits(res, dt, i, t_encode(t_round(u, dt), dt));
+                        }
+                        for (int64_t k = 0; k < H; k++) w[k] = (float)(qk_rand_normal(&rng) * 0.1);
+                        if (wnan) { /* a NaN whose payload carries when rounded to 16 bits */
+                            const uint32_t bits = 0x7fffffffu;
+                            memcpy(&w[H - 1], &bits, 4);
+                        }
+                        int64_t sh[2] = {R, H};
+                        qk_tensor xt = qk_tensor_make(x, dt, 2, sh), rt = qk_tensor_make(res, dt, 2, sh);
+                        qk_tensor wt = qk_tensor_make(w, QK_DTYPE_F32, 1, &H);
+                        qk_tensor ot = qk_tensor_make(o1, dt, 2, sh), rot = qk_tensor_make(r1, dt, 2, sh);
+                        float rs1[R], rs2[R];
+                        int64_t nr = R, one = 1;
+                        qk_tensor rst = qk_tensor_make(rs1, QK_DTYPE_F32, 1, &nr);
+                        qk_status st = qk_norm_run(kind, &p->ops.norm[kind], &xt, &wt, add ? &rt : NULL,
+                                                   1e-6f, &ot, add ? &rot : &rst);
+                        CHECK(st == QK_OK, "%s: %s", p->name, qk_last_error());
+                        for (int64_t i = 0; i < R; i++) {
+                            qk_tensor x1 = qk_tensor_make(x + i * H * es, dt, 1, &H);
+                            qk_tensor re1 = qk_tensor_make(res + i * H * es, dt, 1, &H);
+                            qk_tensor ot1 = qk_tensor_make(o2 + i * H * es, dt, 1, &H);
+                            qk_tensor ro1 = qk_tensor_make(r2 + i * H * es, dt, 1, &H);
+                            qk_tensor rs1t = qk_tensor_make(rs2 + i, QK_DTYPE_F32, 1, &one);
+                            st = qk_norm_run(kind, &p->ops.norm[kind], &x1, &wt, add ? &re1 : NULL, 1e-6f,
+                                             &ot1, add ? &ro1 : &rs1t);
+                            CHECK(st == QK_OK, "%s: %s", p->name, qk_last_error());
+                        }
+                        CHECK(!memcmp(o1, o2, (size_t)(R * H * es)),
+                              "%s %s x=%s H=%lld%s: rows of a 5-row call differ from the rows alone",
+                              p->name, qk_norm_op_name(kind), qk_dtype_name(dt), (long long)H,
+                              wnan ? " (NaN weight)" : "");
+                        CHECK(!add || !memcmp(r1, r2, (size_t)(R * H * es)), "%s: residual_out differs",
+                              p->name);
+                        CHECK(add || !memcmp(rs1, rs2, sizeof rs1), "%s %s x=%s H=%lld: rstd of a "
+                              "5-row call differs from the rows alone", p->name,
+                              qk_norm_op_name(kind), qk_dtype_name(dt), (long long)H);
+                        for (int64_t i = 0; wnan && i < R; i++) {
+                            qk_tensor ot1 = qk_tensor_make(o1 + i * H * es, dt, 1, &H);
+                            CHECK(isnan(get(&ot1, 0, H - 1)), "%s %s x=%s H=%lld: a NaN weight "
+                                  "gave a non-NaN output in row %lld", p->name,
+                                  qk_norm_op_name(kind), qk_dtype_name(dt), (long long)H,
+                                  (long long)i);
+                        }
+                        free(x); free(res); free(o1); free(o2); free(r1); free(r2); free(w);
+                    }
+    }
+}
+
 int main(void)
 {
     qk_test_require_cpu("test_norm");
@@ -337,5 +416,6 @@ int main(void)
     RUN(test_zero_row_rule);
     RUN(test_gemma_offset_in_f32);
     RUN(test_nonfinite_rows_isolated);
+    RUN(test_row_bits_independent_of_batch);
     return qk_test_finish();
 }

@@ -130,6 +130,67 @@ static inline double vd_sum(vd a)
     return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
 }
 
+/* BF16 rows as even/odd halves: 16 BF16 values load as the f32 vectors of their even and
+   odd elements with lane-local shifts (no widening shuffle) and store back rounded by exact
+   integer RNE, the two halves merged with one OR (no pack or permute). Weights for such rows
+   are kept in f32 with the same even/odd order per 16 elements (veo_split_f32). */
+#define VEC_HAS_BF16_EO 1
+static inline void veo_load_bf16(const uint16_t *p, vf *even, vf *odd)
+{
+    __m256i u = _mm256_loadu_si256((const __m256i *)p);
+    *even = _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
+    *odd = _mm256_castsi256_ps(_mm256_and_si256(u, _mm256_set1_epi32((int)0xffff0000u)));
+}
+/* elements 0..15 as two natural vectors -> their even (0, 2, .., 14) and odd halves */
+static inline void veo_split_f32(vf v0, vf v1, vf *even, vf *odd)
+{
+    *even = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(v0, v1, 0x88)), 0xd8));
+    *odd = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(v0, v1, 0xdd)), 0xd8));
+}
+/* RNE of f32 to BF16, left in the high 16 bits of each lane (low bits: garbage); _finite
+   for values known not to be NaN, else NaN becomes its quiet form as in vcvt_to_bf16 */
+static inline __m256i veo_rne_hi_finite(vf v)
+{
+    __m256i u = _mm256_castps_si256(v);
+    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    return _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
+}
+static inline __m256i veo_rne_hi(vf v)
+{
+    __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    return _mm256_blendv_epi8(veo_rne_hi_finite(v),
+                              _mm256_or_si256(_mm256_castps_si256(v), _mm256_set1_epi32(0x400000)), nan);
+}
+static inline __m256i veo_merge(__m256i re, __m256i ro)
+{
+    return _mm256_or_si256(_mm256_srli_epi32(re, 16),
+                           _mm256_and_si256(ro, _mm256_set1_epi32((int)0xffff0000u)));
+}
+static inline void veo_store_bf16(uint16_t *p, vf even, vf odd)
+{
+    _mm256_storeu_si256((__m256i *)p, veo_merge(veo_rne_hi(even), veo_rne_hi(odd)));
+}
+static inline void veo_store_bf16_finite(uint16_t *p, vf even, vf odd)
+{
+    _mm256_storeu_si256((__m256i *)p, veo_merge(veo_rne_hi_finite(even), veo_rne_hi_finite(odd)));
+}
+/* stores rnd(even), rnd(odd) and replaces them by the stored values as f32 */
+static inline void veo_store_round_bf16(uint16_t *p, vf *even, vf *odd)
+{
+    const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
+    __m256i re = veo_rne_hi(*even), ro = veo_rne_hi(*odd);
+    _mm256_storeu_si256((__m256i *)p, veo_merge(re, ro));
+    *even = _mm256_castsi256_ps(_mm256_and_si256(re, hi));
+    *odd = _mm256_castsi256_ps(_mm256_and_si256(ro, hi));
+}
+/* nonzero when some of v is NaN or +-Inf */
+static inline int vany_nonfinite(vf v)
+{
+    vf a = _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)));
+    vf m = _mm256_cmp_ps(a, vset1(0x1.fffffep127f), _CMP_NLE_UQ);
+    return !_mm256_testz_ps(m, m);
+}
+
 /* e^x (~1 ulp): overflow to inf, underflow to 0, via two exact power-of-two factors */
 static inline vf vexp(vf x)
 {

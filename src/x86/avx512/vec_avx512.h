@@ -214,6 +214,7 @@ static inline __m512i vadd_pack_bf16_n(const uint16_t *x, const uint16_t *res, u
    vcvtne2ps2bf16 plus one word permute. Weights for such rows are kept in f32 with the
    same even/odd order per 32 elements (veo_split_f32). */
 #define VEC_HAS_BF16_EO 1
+#define VEC_BF16_EO_DP 1 /* the EO rows take the packed vdpbf16ps sums of norm_simd.inc */
 static inline void veo_load_bf16(const uint16_t *p, vf *even, vf *odd)
 {
     __m512i u = _mm512_loadu_si512((const void *)p);
