@@ -337,7 +337,9 @@ static void test_row_bits_independent_of_batch(void)
         for (int di = 0; di < 3; di++)
             for (int ki = 0; ki < 3; ki++)
                 for (int hi = 0; hi < (int)(sizeof Hb / sizeof Hb[0]); hi++)
-                    for (int wnan = 0; wnan < 2; wnan++) {
+                    for (int wv = 0; wv < 4; wv++) {
+                        const int wnan = wv & 1;
+                        const qk_dtype wdt = wv & 2 ? QK_DTYPE_BF16 : QK_DTYPE_F32;
                         const qk_dtype dt = Dt[di];
                         const qk_norm_kind kind = kinds[ki];
                         const int add = kind == QK_NORM_ADD_GEMMA;
@@ -355,14 +357,13 @@ static void test_row_bits_independent_of_batch(void)
                             t_store_bits(x, dt, i, t_encode(t_round(v, dt), dt));
                             t_store_bits(res, dt, i, t_encode(t_round(u, dt), dt));
                         }
-                        for (int64_t k = 0; k < H; k++) w[k] = (float)(qk_rand_normal(&rng) * 0.1);
-                        if (wnan) { /* a NaN whose payload carries when rounded to 16 bits */
-                            const uint32_t bits = 0x7fffffffu;
-                            memcpy(&w[H - 1], &bits, 4);
-                        }
+                        for (int64_t k = 0; k < H; k++)
+                            t_store_bits(w, wdt, k, t_encode(t_round(qk_rand_normal(&rng) * 0.1, wdt), wdt));
+                        if (wnan) /* a NaN whose payload carries when rounded to 16 bits (F32) */
+                            t_store_bits(w, wdt, H - 1, wdt == QK_DTYPE_F32 ? 0x7fffffffu : 0x7fffu);
                         int64_t sh[2] = {R, H};
                         qk_tensor xt = qk_tensor_make(x, dt, 2, sh), rt = qk_tensor_make(res, dt, 2, sh);
-                        qk_tensor wt = qk_tensor_make(w, QK_DTYPE_F32, 1, &H);
+                        qk_tensor wt = qk_tensor_make(w, wdt, 1, &H);
                         qk_tensor ot = qk_tensor_make(o1, dt, 2, sh), rot = qk_tensor_make(r1, dt, 2, sh);
                         float rs1[R], rs2[R];
                         int64_t nr = R, one = 1;
@@ -381,9 +382,9 @@ static void test_row_bits_independent_of_batch(void)
                             CHECK(st == QK_OK, "%s: %s", p->name, qk_last_error());
                         }
                         CHECK(!memcmp(o1, o2, (size_t)(R * H * es)),
-                              "%s %s x=%s H=%lld%s: rows of a 5-row call differ from the rows alone",
-                              p->name, qk_norm_op_name(kind), qk_dtype_name(dt), (long long)H,
-                              wnan ? " (NaN weight)" : "");
+                              "%s %s x=%s w=%s H=%lld%s: rows of a 5-row call differ from the rows alone",
+                              p->name, qk_norm_op_name(kind), qk_dtype_name(dt), qk_dtype_name(wdt),
+                              (long long)H, wnan ? " (NaN weight)" : "");
                         CHECK(!add || !memcmp(r1, r2, (size_t)(R * H * es)), "%s: residual_out differs",
                               p->name);
                         CHECK(add || !memcmp(rs1, rs2, sizeof rs1), "%s %s x=%s H=%lld: rstd of a "
