@@ -4,8 +4,11 @@
  * runs (ref only at M = 1) and, when built with oneDNN, its BF16 matmul on the same shapes.
  * Per cell p10/p50/p90; M = 1: effective weight bandwidth N·K·(1 + 1/32) / p50 against
  * the read bandwidth of a buffer of the same size measured in this run with all threads;
- * M >= 128: 2·M·N·K / p50 against the vdpbf16ps peak measured here (independent
- * accumulator chains, all threads). Reps adapt to a per-cell time budget (at least 5 timed
+ * M >= 128: 2·M·N·K / p50 against the peak of the instruction the target's kernels rely
+ * on, measured here with independent accumulator chains on all threads: vdpbf16ps
+ * (x86-64-v4) or f32 vfmadd231ps (x86-64-v3, whose kernel decodes to f32). oneDNN's BF16
+ * matmul is the peer; where this CPU has no oneDNN BF16 kernel (no AVX-512), its F32
+ * matmul is, and every line says which. Reps adapt to a per-cell time budget (at least 5 timed
  * calls; the largest cells get the fewest), so the whole run stays near 2-3 minutes. */
 #include "bench_common.h"
 
@@ -16,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__AVX512BF16__)
+#if defined(__AVX512BF16__) || defined(__FMA__)
 #include <immintrin.h>
 #endif
 #ifdef QK_BENCH_ONEDNN
@@ -61,8 +64,36 @@ typedef struct bench {
     int ncells;
 } bench;
 
-/* ---- the vdpbf16ps peak: 16 independent accumulator chains per thread ---- */
+/* ---- the peak of the kernel's instruction: 16 independent accumulator chains per thread ---- */
 #if defined(__AVX512BF16__)
+#define PEAK_NAME "vdpbf16ps"
+#define PEAK_FLOPS_PER_INSN 64 /* 16 lanes x 2 BF16 products x (mul + add) */
+typedef __m512 peak_v;
+static inline peak_v peak_step(peak_v acc) /* acc += a . b, pairs of BF16 */
+{
+    return _mm512_dpbf16_ps(acc, (__m512bh)_mm512_set1_epi32(0x3F803F80),
+                            (__m512bh)_mm512_set1_epi32(0x3F003F00));
+}
+static inline peak_v peak_init(int i) { return _mm512_set1_ps((float)i); }
+static inline float peak_sum(peak_v v) { return _mm512_reduce_add_ps(v); }
+#elif defined(__FMA__) && defined(__AVX2__)
+#define PEAK_NAME "vfmadd231ps"
+#define PEAK_FLOPS_PER_INSN 16 /* 8 lanes x (mul + add) */
+typedef __m256 peak_v;
+static inline peak_v peak_step(peak_v acc)
+{
+    return _mm256_fmadd_ps(_mm256_set1_ps(0.999f), acc, _mm256_set1_ps(0.5f));
+}
+static inline peak_v peak_init(int i) { return _mm256_set1_ps((float)i); }
+static inline float peak_sum(peak_v v)
+{
+    float l[8];
+    _mm256_storeu_ps(l, v);
+    return l[0] + l[1] + l[2] + l[3] + l[4] + l[5] + l[6] + l[7];
+}
+#endif
+
+#ifdef PEAK_NAME
 #define PEAK_ITERS 200000
 static volatile float peak_sink;
 
@@ -70,17 +101,16 @@ static void peak_range(const void *ctx, int64_t b, int64_t e)
 {
     (void)ctx;
     for (int64_t t = b; t < e; t++) {
-        __m512 acc[16];
-        for (int i = 0; i < 16; i++) acc[i] = _mm512_set1_ps((float)i);
-        __m512bh a = (__m512bh)_mm512_set1_epi32(0x3F803F80), bb = (__m512bh)_mm512_set1_epi32(0x3F003F00);
+        peak_v acc[16];
+        for (int i = 0; i < 16; i++) acc[i] = peak_init(i);
         for (int it = 0; it < PEAK_ITERS; it++) {
-            for (int i = 0; i < 16; i++) acc[i] = _mm512_dpbf16_ps(acc[i], a, bb);
-            __asm__ volatile("" : "+v"(acc[0]), "+v"(acc[1]), "+v"(acc[2]), "+v"(acc[3]),
-                             "+v"(acc[4]), "+v"(acc[5]), "+v"(acc[6]), "+v"(acc[7]));
+            for (int i = 0; i < 16; i++) acc[i] = peak_step(acc[i]);
+            __asm__ volatile("" : "+x"(acc[0]), "+x"(acc[1]), "+x"(acc[2]), "+x"(acc[3]),
+                             "+x"(acc[4]), "+x"(acc[5]), "+x"(acc[6]), "+x"(acc[7]));
         }
-        __m512 s = acc[0];
-        for (int i = 1; i < 16; i++) s = _mm512_add_ps(s, acc[i]);
-        peak_sink = _mm512_reduce_add_ps(s);
+        float s = 0;
+        for (int i = 0; i < 16; i++) s += peak_sum(acc[i]);
+        peak_sink = s;
     }
 }
 
@@ -92,12 +122,13 @@ static double measure_peak(void)
         double t0 = qkb_now();
         qk_parallel_for(nt, 1, 0, peak_range, NULL);
         double t = qkb_now() - t0;
-        double g = (double)nt * PEAK_ITERS * 16 * 64 / t / 1e9;
+        double g = (double)nt * PEAK_ITERS * 16 * PEAK_FLOPS_PER_INSN / t / 1e9;
         if (g > best) best = g;
     }
     return best;
 }
 #else
+#define PEAK_NAME "(none)"
 static double measure_peak(void) { return NAN; }
 #endif
 
@@ -169,14 +200,19 @@ static void dnnl_call(void *ctx, int64_t iter)
     dnnl_stream_wait(d->stream);
 }
 
-static bool dnnl_bench(cell *c, const uint16_t *wplain, dnnl_engine_t eng, dnnl_stream_t stream)
+/* the peer's data type: "BF16", or "F32" where oneDNN has no BF16 matmul for this CPU */
+static const char *dnnl_dtype_used = "BF16";
+
+static bool dnnl_bench_dt(cell *c, const uint16_t *wplain, dnnl_engine_t eng, dnnl_stream_t stream,
+                          dnnl_data_type_t dt)
 {
     dnnl_memory_desc_t smd, wmd_any, wmd_plain, dmd;
     dnnl_dims_t sd = {c->M, c->K}, wd = {c->K, c->N}, dd = {c->M, c->N};
-    dnnl_memory_desc_init_by_tag(&smd, 2, sd, dnnl_bf16, dnnl_ab);
-    dnnl_memory_desc_init_by_tag(&wmd_any, 2, wd, dnnl_bf16, dnnl_format_tag_any);
-    dnnl_memory_desc_init_by_tag(&wmd_plain, 2, wd, dnnl_bf16, dnnl_ab);
-    dnnl_memory_desc_init_by_tag(&dmd, 2, dd, dnnl_bf16, dnnl_ab);
+    const size_t es = dt == dnnl_f32 ? 4 : 2;
+    dnnl_memory_desc_init_by_tag(&smd, 2, sd, dt, dnnl_ab);
+    dnnl_memory_desc_init_by_tag(&wmd_any, 2, wd, dt, dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(&wmd_plain, 2, wd, dt, dnnl_ab);
+    dnnl_memory_desc_init_by_tag(&dmd, 2, dd, dt, dnnl_ab);
     dnnl_matmul_desc_t md;
     dnnl_primitive_desc_t pd = NULL;
     if (dnnl_matmul_desc_init(&md, &smd, &wmd_any, NULL, &dmd) != dnnl_success ||
@@ -189,11 +225,17 @@ static bool dnnl_bench(cell *c, const uint16_t *wplain, dnnl_engine_t eng, dnnl_
     dnnl_primitive_create(&d.prim, pd);
     const dnnl_memory_desc_t *wmd = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
     int nbuf = 1;
-    qkb_residency res = qkb_rotation((size_t)(c->N * c->K * 2), &nbuf);
+    qkb_residency res = qkb_rotation((size_t)(c->N * c->K) * es, &nbuf);
     (void)res;
     d.nbuf = nbuf > 16 ? 16 : nbuf;
+    float *wf32 = NULL;
+    if (dt == dnnl_f32) {
+        wf32 = malloc(sizeof(float) * (size_t)(c->N * c->K));
+        if (!wf32) return false;
+        for (int64_t i = 0; i < c->N * c->K; i++) wf32[i] = qk_bf16_to_f32(wplain[i]);
+    }
     dnnl_memory_t plain;
-    dnnl_memory_create(&plain, &wmd_plain, eng, (void *)(uintptr_t)wplain);
+    dnnl_memory_create(&plain, &wmd_plain, eng, wf32 ? (void *)wf32 : (void *)(uintptr_t)wplain);
     dnnl_primitive_desc_t rpd;
     dnnl_primitive_t reorder;
     dnnl_reorder_primitive_desc_create(&rpd, &wmd_plain, eng, wmd, eng, NULL);
@@ -207,12 +249,16 @@ static bool dnnl_bench(cell *c, const uint16_t *wplain, dnnl_engine_t eng, dnnl_
     dnnl_primitive_destroy(reorder);
     dnnl_primitive_desc_destroy(rpd);
     dnnl_memory_destroy(plain);
+    free(wf32);
     dnnl_memory_create(&d.src, &smd, eng, DNNL_MEMORY_ALLOCATE);
     dnnl_memory_create(&d.dst, &dmd, eng, DNNL_MEMORY_ALLOCATE);
     void *sp = NULL;
     dnnl_memory_get_data_handle(d.src, &sp);
-    uint16_t *xs = (uint16_t *)sp;
-    for (int64_t i = 0; i < c->M * c->K; i++) xs[i] = (uint16_t)(0x3F00 + (i * 7919 % 255));
+    for (int64_t i = 0; i < c->M * c->K; i++) {
+        const uint16_t v = (uint16_t)(0x3F00 + (i * 7919 % 255));
+        if (dt == dnnl_f32) ((float *)sp)[i] = qk_bf16_to_f32(v);
+        else ((uint16_t *)sp)[i] = v;
+    }
     dnnl_call(&d, 0);
     double t0 = qkb_now();
     dnnl_call(&d, 0);
@@ -226,6 +272,21 @@ static bool dnnl_bench(cell *c, const uint16_t *wplain, dnnl_engine_t eng, dnnl_
     dnnl_memory_destroy(d.dst);
     return true;
 }
+
+static bool dnnl_bench(cell *c, const uint16_t *wplain, dnnl_engine_t eng, dnnl_stream_t stream)
+{
+    if (dnnl_bench_dt(c, wplain, eng, stream, dnnl_bf16)) {
+        dnnl_dtype_used = "BF16";
+        return true;
+    }
+    if (dnnl_bench_dt(c, wplain, eng, stream, dnnl_f32)) {
+        dnnl_dtype_used = "F32";
+        return true;
+    }
+    return false;
+}
+#else
+static const char *dnnl_dtype_used = "-";
 #endif
 
 /* ---- the protocol ---- */
@@ -357,8 +418,10 @@ static void print_table(const bench *bn)
 #endif
     }
     printf("limit: M = 1, effective weight bandwidth N·K·(1+1/32)/p50 as a fraction of read "
-           "bandwidth (\"of rd\"); M > 1, 2·M·N·K/p50 as a fraction of the measured vdpbf16ps "
-           "peak (\"of pk\"). vs oneDNN: oneDNN p50 / %s p50.\n", bn->prov[bn->staged]->name);
+           "bandwidth (\"of rd\"); M > 1, 2·M·N·K/p50 as a fraction of the measured " PEAK_NAME " "
+           "peak (\"of pk\"). vs oneDNN: oneDNN %s matmul p50 / %s p50%s.\n", dnnl_dtype_used,
+           bn->prov[bn->staged]->name,
+           strcmp(dnnl_dtype_used, "F32") ? "" : " (oneDNN has no BF16 matmul for this CPU: its F32 one)");
 }
 
 static bool write_json(const bench *bn)
@@ -367,7 +430,9 @@ static bool write_json(const bench *bn)
     if (!qkb_json_open(&j, bn->opt.json)) return false;
     qkb_json_environment(&j, &bn->opt);
     qkb_json_str(&j, "protocol", "linear");
-    qkb_json_num(&j, "vdpbf16ps_peak_gflops", bn->peak_gflops);
+    qkb_json_str(&j, "peak_instruction", PEAK_NAME);
+    qkb_json_num(&j, "peak_gflops", bn->peak_gflops);
+    qkb_json_str(&j, "onednn_dtype", dnnl_dtype_used);
     qkb_json_str(&j, "staged", bn->prov[bn->staged]->name);
     qkb_json_array(&j, "cells");
     for (int i = 0; i < bn->ncells; i++) {
@@ -394,7 +459,7 @@ static bool write_json(const bench *bn)
         }
         qkb_json_end(&j);
         if (c->dnnl.done) {
-            qkb_json_object(&j, "onednn_bf16");
+            qkb_json_object(&j, "onednn");
             qkb_json_stats(&j, "time", &c->dnnl.st);
             qkb_json_num(&j, "gflops", c->dnnl.gflops);
             if (c->prov[bn->staged].done)
@@ -414,7 +479,7 @@ static bool write_plot(const bench *bn)
     for (int p = 0; p <= bn->np; p++) {
         qkb_series *s = &ser[ns];
         memset(s, 0, sizeof *s);
-        s->name = p < bn->np ? bn->prov[p]->name : "oneDNN bf16";
+        s->name = p < bn->np ? bn->prov[p]->name : (strcmp(dnnl_dtype_used, "F32") ? "oneDNN bf16" : "oneDNN f32");
         s->color = qkb_color(p);
         s->dashed = p == bn->np;
         s->x = malloc(sizeof(double) * (size_t)bn->ncells);
@@ -439,7 +504,7 @@ static bool write_plot(const bench *bn)
 static void summary(const bench *bn)
 {
     const int s = bn->staged;
-    printf("\nsummary (staged provider %s, target %s; vdpbf16ps peak %.0f GFLOP/s on %d threads, "
+    printf("\nsummary (staged provider %s, target %s; " PEAK_NAME " peak %.0f GFLOP/s on %d threads, "
            "the best of the start and the end of the run; load average now %.2f%s)\n",
            bn->prov[s]->name, qk_target(), bn->peak_gflops, qk_get_num_threads(), qkb_loadavg(),
            qkb_loadavg() > 0.5 ? ": other work was running, figures are noisy" : "");
@@ -457,14 +522,16 @@ static void summary(const bench *bn)
             if (c->dnnl.done && nvs < 16) vs[nvs++] = c->dnnl.st.p50 / r->st.p50;
         }
         if (c->M == 512 && c->N == 5120 && c->K == 5120) {
-            snprintf(label, sizeof label, "M=512 (5120, 5120) fraction of vdpbf16ps peak");
+            snprintf(label, sizeof label, "M=512 (5120, 5120) fraction of " PEAK_NAME " peak");
             qkb_target_line(label, r->fraction_peak, TARGET_PEAK_FRACTION, "");
         }
     }
     if (nvs) {
         double mn = vs[0];
         for (int i = 1; i < nvs; i++) mn = vs[i] < mn ? vs[i] : mn;
-        qkb_target_line("M=1 vs oneDNN BF16 (weights >= 32 MiB), worst cell", mn, TARGET_VS_ONEDNN, "x");
+        char label[96];
+        snprintf(label, sizeof label, "M=1 vs oneDNN %s (weights >= 32 MiB), worst cell", dnnl_dtype_used);
+        qkb_target_line(label, mn, TARGET_VS_ONEDNN, "x");
     } else {
         printf("  oneDNN comparison: %s\n",
 #ifdef QK_BENCH_ONEDNN
