@@ -521,6 +521,52 @@ static void test_linear_threads_bit_identical(void)
     }
 }
 
+/* A row's outputs do not depend on the rows beside it for the providers whose kernels keep
+   one block-sum order for every M (ref; avx2, whose GEMM for M > 4 reuses decoded panels but
+   sums and scales each block as its small-M kernel does). avx512 switches from a vdpbf16ps
+   GEMV to a GEMM over BF16 panels by M, so it is bound by the formula tests only. */
+static void test_linear_rows_independent_of_m(void)
+{
+    const int64_t shapes[][3] = {{33, 300, 1152}, {9, 100, 4304}, {96, 17, 64}, {5, 64, 33}};
+    for (int pi = 0; qk_all_providers[pi]; pi++) {
+        const qk_provider_set *p = qk_all_providers[pi];
+        if (!p->ops.mxfp8_linear || (strcmp(p->name, "ref") && strcmp(p->name, "avx2"))) continue;
+        if (!provider_runs(p)) { qk_test_skip(p->name, "CPU lacks its instructions"); continue; }
+        for (int s = 0; s < COUNT(shapes); s++) {
+            const int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+            if (!strcmp(p->name, "ref") && M * N * K > 4000000) continue; /* ref is slow */
+            wdata w;
+            wdata_make(&w, N, K, 300 + (uint64_t)s);
+            qk_mx_weight *mw = wcreate(p, &w, 0);
+            uint64_t rng = 23;
+            tbuf x, o1, o2;
+            tbuf_make(&x, QK_DTYPE_BF16, M, K, 0);
+            fill_x(&x, M, K, &rng, 1);
+            tbuf_make(&o1, QK_DTYPE_F32, M, N, 0);
+            tbuf_make(&o2, QK_DTYPE_F32, M, N, 0);
+            qk_status a = mw ? qk_mxfp8_linear(&x.t, mw, NULL, &o1.t) : QK_ERR_NOMEM;
+            CHECK(a == QK_OK, "%s: %s", p->name, qk_last_error());
+            for (int64_t i = 0; i < M && a == QK_OK; i++) {
+                int64_t xs[2] = {1, K}, os[2] = {1, N};
+                qk_tensor xi = qk_tensor_make((uint16_t *)x.t.data + i * x.t.stride[0], QK_DTYPE_BF16, 2, xs);
+                qk_tensor oi = qk_tensor_make((float *)o2.t.data + i * o2.t.stride[0], QK_DTYPE_F32, 2, os);
+                CHECK(qk_mxfp8_linear(&xi, mw, NULL, &oi) == QK_OK, "%s: %s", p->name, qk_last_error());
+            }
+            long differ = 0;
+            for (int64_t i = 0; i < M; i++)
+                differ += memcmp((float *)o1.t.data + i * o1.t.stride[0],
+                                 (float *)o2.t.data + i * o2.t.stride[0], (size_t)N * 4) != 0;
+            CHECK(differ == 0, "%s M=%lld N=%lld K=%lld: %ld rows differ from the row computed alone",
+                  p->name, (long long)M, (long long)N, (long long)K, differ);
+            free(x.mem);
+            free(o1.mem);
+            free(o2.mem);
+            qk_mx_weight_destroy(mw);
+            wdata_free(&w);
+        }
+    }
+}
+
 /* ---- bad inputs ---- */
 static void expect(qk_status got, qk_status want, const char *what, const char *needle)
 {
@@ -674,5 +720,6 @@ int main(void)
     RUN(test_linear_many_rows);
     RUN(test_linear_nan_rows);
     RUN(test_linear_threads_bit_identical);
+    RUN(test_linear_rows_independent_of_m);
     return qk_test_finish();
 }
