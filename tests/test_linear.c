@@ -527,7 +527,8 @@ static void test_linear_threads_bit_identical(void)
    GEMV to a GEMM over BF16 panels by M, so it is bound by the formula tests only. */
 static void test_linear_rows_independent_of_m(void)
 {
-    const int64_t shapes[][3] = {{33, 300, 1152}, {9, 100, 4304}, {96, 17, 64}, {5, 64, 33}};
+    const int64_t shapes[][3] = {{33, 300, 1152}, {9, 100, 4304}, {96, 17, 64}, {5, 64, 33},
+                                 {261, 40, 100}};
     for (int pi = 0; qk_all_providers[pi]; pi++) {
         const qk_provider_set *p = qk_all_providers[pi];
         if (!p->ops.mxfp8_linear || (strcmp(p->name, "ref") && strcmp(p->name, "avx2"))) continue;

@@ -80,9 +80,9 @@ static void avx2_release(qk_mx_weight *w)
 /* 8 codes -> f32 dec(w)·2^-120 */
 INLINE __m256 dec8(const uint8_t *p, __m256i mask)
 {
-    __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
-    v = _mm256_srai_epi32(_mm256_slli_epi32(v, 24), 4);
-    return _mm256_castsi256_ps(_mm256_and_si256(v, mask));
+    /* sign-extended code << 20: the sign lands in bit 31, the 7 magnitude bits in 26..20 */
+    __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(v, 20), mask));
 }
 
 /* b · 2^e, exact product rounded once to f32 (e may be far outside f32's range) */
@@ -182,37 +182,39 @@ INLINE void avx2_tiles(const avx2_job *g, int64_t t0, const int MM, const int TT
    running/total sum is the operation avx2_tiles performs in the same order, so a row's
    result does not depend on M or on the path. */
 #define ITEM_TILES 8
+#define GEMM_MC 128 /* rows per pass over an item's blocks: their sums and x blocks stay in L2 */
 
 typedef struct avx2_gemm_job {
     const qk_linear_call *c;
     const avx2_layout *l;
-    const float *xt;
+    const float *xp;        /* x in groups of MAX_M rows, k-major: [M / 4][kp][4], zero-padded */
     const int32_t *ex;
     int64_t kp, items, next;
+    float *bufs;            /* per worker: run and total sums [2][GEMM_MC][W], then the panels */
+    int64_t buf_floats, slot;
 } avx2_gemm_job;
 
 /* rows m0 .. m0+MM of tile pair tp (TT tiles) over the block's panels */
 INLINE void gemm_micro(const avx2_gemm_job *g, const float *panel, const __m256i *sw, float *run,
-                       int64_t m0, int tp, int64_t j, const int MM, const int TT)
+                       int64_t mc, int64_t m0, int tp, int64_t j, const int MM, const int TT)
 {
     const int64_t kbp = g->l->kbp, W = ITEM_TILES * TILE;
     __m256 acc[MAX_M][2];
     for (int m = 0; m < MM; m++)
         for (int t = 0; t < TT; t++) acc[m][t] = _mm256_setzero_ps();
-    const float *xj[MAX_M];
-    for (int m = 0; m < MM; m++) xj[m] = g->xt + (m0 + m) * g->kp + j * QK_MX_BLOCK;
+    const float *xj = g->xp + (m0 / MAX_M) * g->kp * MAX_M + j * QK_MX_BLOCK * MAX_M;
     for (int k = 0; k < QK_MX_BLOCK; k++) {
         __m256 wv[2];
         for (int t = 0; t < TT; t++) wv[t] = _mm256_load_ps(panel + ((tp + t) * QK_MX_BLOCK + k) * TILE);
         for (int m = 0; m < MM; m++) {
-            __m256 xb = _mm256_broadcast_ss(xj[m] + k);
+            __m256 xb = _mm256_broadcast_ss(xj + k * MAX_M + m);
             for (int t = 0; t < TT; t++) acc[m][t] = _mm256_fmadd_ps(wv[t], xb, acc[m][t]);
         }
     }
     for (int t = 0; t < TT; t++)
         for (int m = 0; m < MM; m++) {
             __m256i e = _mm256_add_epi32(sw[tp + t], _mm256_set1_epi32(g->ex[(m0 + m) * kbp + j]));
-            float *r = run + (m0 + m) * W + (tp + t) * TILE;
+            float *r = run + (m0 - mc + m) * W + (tp + t) * TILE;
             _mm256_storeu_ps(r, _mm256_add_ps(_mm256_loadu_ps(r), scale_block(acc[m][t], e)));
         }
 }
@@ -224,41 +226,46 @@ static void gemm_item(const avx2_gemm_job *g, int64_t t0, int nt, float *run, fl
     const avx2_layout *l = g->l;
     const int64_t M = c->M, W = ITEM_TILES * TILE;
     const __m256i mask = _mm256_set1_epi32((int)0x87F00000u);
-    memset(run, 0, sizeof(float) * (size_t)(M * W));
-    memset(total, 0, sizeof(float) * (size_t)(M * W));
-    for (int64_t j = 0; j < l->kbp; j++) {
-        const int64_t sbo = (j / SB_BLOCKS) * SB_BYTES, i = j % SB_BLOCKS;
-        __m256i sw[ITEM_TILES];
-        for (int t = 0; t < nt; t++) {
-            const uint8_t *tile = l->codes + (t0 + t) * l->tile_bytes + sbo;
-            for (int k = 0; k < QK_MX_BLOCK; k++)
-                _mm256_store_ps(panel + (t * QK_MX_BLOCK + k) * TILE, dec8(tile + 32 + i * 256 + 8 * k, mask));
-            sw[t] = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(tile + 8 * i)));
-        }
-        for (int64_t m0 = 0; m0 < M; m0 += MAX_M) {
-            const int mm = (int)(M - m0 < MAX_M ? M - m0 : MAX_M);
-            for (int tp = 0; tp < nt; tp += 2) {
-                const int tt = nt - tp < 2 ? 1 : 2;
-#define GM(MMv, TTv) if (mm == MMv && tt == TTv) { gemm_micro(g, panel, sw, run, m0, tp, j, MMv, TTv); continue; }
-                GM(4, 2) GM(4, 1) GM(3, 2) GM(3, 1) GM(2, 2) GM(2, 1) GM(1, 2) GM(1, 1)
-#undef GM
+    for (int64_t mc = 0; mc < M; mc += GEMM_MC) {
+        const int64_t me = M - mc < GEMM_MC ? M : mc + GEMM_MC;
+        memset(run, 0, sizeof(float) * (size_t)(GEMM_MC * W));
+        memset(total, 0, sizeof(float) * (size_t)(GEMM_MC * W));
+        for (int64_t j = 0; j < l->kbp; j++) {
+            const int64_t sbo = (j / SB_BLOCKS) * SB_BYTES, i = j % SB_BLOCKS;
+            __m256i sw[ITEM_TILES];
+            for (int t = 0; t < nt; t++) {
+                const uint8_t *tile = l->codes + (t0 + t) * l->tile_bytes + sbo;
+                for (int q = 0; q < 4; q++) /* the same block one super-block ahead */
+                    _mm_prefetch((const char *)tile + SB_BYTES + 32 + i * 256 + 64 * q, _MM_HINT_T0);
+                for (int k = 0; k < QK_MX_BLOCK; k++)
+                    _mm256_store_ps(panel + (t * QK_MX_BLOCK + k) * TILE, dec8(tile + 32 + i * 256 + 8 * k, mask));
+                sw[t] = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(tile + 8 * i)));
             }
-        }
-        if (j % GROUP_BLOCKS == GROUP_BLOCKS - 1)
-            for (int64_t m = 0; m < M; m++)
-                for (int t = 0; t < nt; t++) {
-                    float *r = run + m * W + t * TILE, *s = total + m * W + t * TILE;
-                    _mm256_storeu_ps(s, _mm256_add_ps(_mm256_loadu_ps(s), _mm256_loadu_ps(r)));
-                    _mm256_storeu_ps(r, _mm256_setzero_ps());
+            for (int64_t m0 = mc; m0 < me; m0 += MAX_M) {
+                const int mm = (int)(me - m0 < MAX_M ? me - m0 : MAX_M);
+                for (int tp = 0; tp < nt; tp += 2) {
+                    const int tt = nt - tp < 2 ? 1 : 2;
+#define GM(MMv, TTv) if (mm == MMv && tt == TTv) { gemm_micro(g, panel, sw, run, mc, m0, tp, j, MMv, TTv); continue; }
+                    GM(4, 2) GM(4, 1) GM(3, 2) GM(3, 1) GM(2, 2) GM(2, 1) GM(1, 2) GM(1, 1)
+#undef GM
                 }
-    }
-    for (int64_t m = 0; m < M; m++) {
-        char *orow = c->out + qk_rows_offset(&c->outr, m);
-        for (int t = 0; t < nt; t++) {
-            const int64_t n0 = (t0 + t) * TILE;
-            store8(orow, c->odt, n0, c->N - n0, c->bias,
-                   _mm256_add_ps(_mm256_loadu_ps(total + m * W + t * TILE),
-                                 _mm256_loadu_ps(run + m * W + t * TILE)));
+            }
+            if (j % GROUP_BLOCKS == GROUP_BLOCKS - 1)
+                for (int64_t m = 0; m < me - mc; m++)
+                    for (int t = 0; t < nt; t++) {
+                        float *r = run + m * W + t * TILE, *s = total + m * W + t * TILE;
+                        _mm256_storeu_ps(s, _mm256_add_ps(_mm256_loadu_ps(s), _mm256_loadu_ps(r)));
+                        _mm256_storeu_ps(r, _mm256_setzero_ps());
+                    }
+        }
+        for (int64_t m = mc; m < me; m++) {
+            char *orow = c->out + qk_rows_offset(&c->outr, m);
+            for (int t = 0; t < nt; t++) {
+                const int64_t n0 = (t0 + t) * TILE;
+                store8(orow, c->odt, n0, c->N - n0, c->bias,
+                       _mm256_add_ps(_mm256_loadu_ps(total + (m - mc) * W + t * TILE),
+                                     _mm256_loadu_ps(run + (m - mc) * W + t * TILE)));
+            }
         }
     }
 }
@@ -268,35 +275,15 @@ static void avx2_gemm_worker(const void *ctx, int64_t s0, int64_t s1)
     avx2_gemm_job *g = (avx2_gemm_job *)(uintptr_t)ctx;
     (void)s0;
     (void)s1;
-    const int64_t M = g->c->M, W = ITEM_TILES * TILE;
-    float *state = (float *)qk_linear_alloc(sizeof(float) * (size_t)(2 * M * W));
-    float *panel = (float *)qk_linear_alloc(sizeof(float) * ITEM_TILES * QK_MX_BLOCK * TILE);
-    if (state && panel)
-        for (;;) {
-            const int64_t it = __atomic_fetch_add(&g->next, 1, __ATOMIC_RELAXED);
-            if (it >= g->items) break;
-            const int64_t t0 = it * ITEM_TILES;
-            const int nt = (int)(g->l->tiles - t0 < ITEM_TILES ? g->l->tiles - t0 : ITEM_TILES);
-            gemm_item(g, t0, nt, state, state + M * W, panel);
-        }
-    else /* out of memory for the per-thread state: the rows MAX_M at a time, same results */
-        for (;;) {
-            const int64_t it = __atomic_fetch_add(&g->next, 1, __ATOMIC_RELAXED);
-            if (it >= g->items) break;
-            avx2_job a = {g->c, g->l, g->xt, g->ex, g->kp, 0, 0, 2, 0, 0, 0};
-            for (int64_t m0 = 0; m0 < M; m0 += MAX_M) {
-                a.m0 = m0;
-                const int mm = (int)(M - m0 < MAX_M ? M - m0 : MAX_M);
-                for (int64_t t0 = it * ITEM_TILES; t0 < g->l->tiles && t0 < (it + 1) * ITEM_TILES; t0 += 2) {
-                    const int tt = g->l->tiles - t0 < 2 ? 1 : 2;
-#define AT(MMv, TTv) if (mm == MMv && tt == TTv) { avx2_tiles(&a, t0, MMv, TTv); continue; }
-                    AT(1, 1) AT(1, 2) AT(2, 1) AT(2, 2) AT(3, 1) AT(3, 2) AT(4, 1) AT(4, 2)
-#undef AT
-                }
-            }
-        }
-    qk_linear_free(state);
-    qk_linear_free(panel);
+    const int64_t W = ITEM_TILES * TILE;
+    float *state = g->bufs + __atomic_fetch_add(&g->slot, 1, __ATOMIC_RELAXED) * g->buf_floats;
+    for (;;) {
+        const int64_t it = __atomic_fetch_add(&g->next, 1, __ATOMIC_RELAXED);
+        if (it >= g->items) break;
+        const int64_t t0 = it * ITEM_TILES;
+        const int nt = (int)(g->l->tiles - t0 < ITEM_TILES ? g->l->tiles - t0 : ITEM_TILES);
+        gemm_item(g, t0, nt, state, state + GEMM_MC * W, state + 2 * GEMM_MC * W);
+    }
 }
 
 /* Threads take chunks of tile groups from a shared counter (a preempted thread holds up
@@ -345,11 +332,29 @@ static qk_status avx2_run(const qk_linear_call *c)
             ex[m * l->kbp + j] = (int32_t)s[j] - 127 - X_EXP - 127 - PURE_EXP;
     }
     if (c->M > MAX_M) {
-        avx2_gemm_job g = {c, l, xt, ex, kp, (l->tiles + ITEM_TILES - 1) / ITEM_TILES, 0};
+        avx2_gemm_job g = {c, l, NULL, ex, kp, (l->tiles + ITEM_TILES - 1) / ITEM_TILES, 0, NULL,
+                           2 * GEMM_MC * ITEM_TILES * TILE + ITEM_TILES * QK_MX_BLOCK * TILE, 0};
         const double flops = 2.0 * (double)c->M * (double)c->N * (double)c->K;
         int64_t threads = flops < 4e6 ? 1 : qk_threads();
         if (threads > g.items) threads = g.items;
+        const int64_t groups = (c->M + MAX_M - 1) / MAX_M;
+        float *xp = (float *)qk_linear_alloc((size_t)(groups * kp * MAX_M) * sizeof(float));
+        g.bufs = (float *)qk_linear_alloc((size_t)(threads * g.buf_floats) * sizeof(float));
+        if (!xp || !g.bufs) {
+            qk_linear_free(xp);
+            qk_linear_free(g.bufs);
+            qk_linear_free(xt);
+            qk_linear_free(ex);
+            qk_linear_act_free(&a);
+            return QK_ERR_NOMEM;
+        }
+        for (int64_t m = 0; m < groups * MAX_M; m++)
+            for (int64_t k = 0; k < kp; k++)
+                xp[((m / MAX_M) * kp + k) * MAX_M + m % MAX_M] = m < c->M ? xt[m * kp + k] : 0.0f;
+        g.xp = xp;
         qk_parallel_for(threads, 1, 0, avx2_gemm_worker, &g);
+        qk_linear_free(xp);
+        qk_linear_free(g.bufs);
     }
     for (int64_t m0 = 0; c->M <= MAX_M && m0 < c->M; m0 += MAX_M) {
         avx2_job g = {c, l, xt, ex, kp, m0, 0, 2, 0, 0, 0};
