@@ -10,8 +10,11 @@
  * dec(qx)·2^64, so every product is exact and normal. Each block is summed by FMA into a
  * fresh accumulator, scaled by 2^(sx + sw - 254) (offsets folded in) in double and rounded
  * once to f32, and added to a running sum flushed into the total every 16 blocks: summation
- * depth below 32 + 16 + kb/16, inside mxfp8.md's 2^-16 bound. Rows are taken up to 4 at a
- * time per pass over the weight; threads split tiles; no output depends on the split. */
+ * depth below 32 + 16 + kb/16, inside mxfp8.md's 2^-16 bound. M <= 4: the rows in one pass
+ * over the weight, decoding as it goes. M > 4: each block of a work item's 8 tiles is decoded
+ * once into f32 panels and used by every row (4 rows x 2 tiles per register tile, x packed
+ * k-major per 4 rows), with the same per-block sums and scalings in the same order, so a row's
+ * outputs depend neither on M nor on the thread split. */
 #include "internal.h"
 #include "ref/linear_ref.h"
 #include "ref/mx_ref.h"
