@@ -13,7 +13,10 @@
 /* gemma_rms_norm: the API keeps the native (1 + w) kernel (it receives the raw weight); the
  * serving layer keeps an f32 1 + w and runs rms_norm with it: `qk bench gemma-shift`
  * (2026-12-02, 2-core Zen 5) measured native/shifted 0.96x geometric mean over the 32
- * cells, the shifted weight up to 28% faster at rows = 1 (no per-row weight conversion). */
+ * cells, the shifted weight up to 28% faster at rows = 1 (no per-row weight conversion).
+ * Re-measured on Zen 3 after the BF16 even/odd rows (2026-12-02 14:27): 0.99x; BF16 rows = 1
+ * now favour the native kernel (up to 1.15x at H = 5120), F16 rows = 1 the shifted weight (up
+ * to 1.23x at H = 2048), equal from 16 rows on: the decision stands. */
 const qk_target_table qk_target_table_built = {
     .name = "x86-64-v3",
     .cpu_features = QK_CPU_AVX2 | QK_CPU_FMA | QK_CPU_F16C,
