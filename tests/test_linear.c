@@ -485,6 +485,34 @@ static void test_linear_nan_rows(void)
 }
 
 /* Results are bit-identical for 1 and 2 threads (threads split N and M, never K). */
+/* One call's data for the tests that compare two runs of provider p: a weight [N, K], BF16 x
+   [M, K] and two F32 outputs [M, N]. */
+typedef struct lin_case {
+    wdata w;
+    qk_mx_weight *mw;   /* NULL if creation failed */
+    tbuf x, o1, o2;
+} lin_case;
+
+static void lin_case_make(lin_case *lc, const qk_provider_set *p, int64_t M, int64_t N, int64_t K,
+                          uint64_t wseed, uint64_t xseed)
+{
+    wdata_make(&lc->w, N, K, wseed);
+    lc->mw = wcreate(p, &lc->w, 0);
+    tbuf_make(&lc->x, QK_DTYPE_BF16, M, K, 0);
+    fill_x(&lc->x, M, K, &xseed, 1);
+    tbuf_make(&lc->o1, QK_DTYPE_F32, M, N, 0);
+    tbuf_make(&lc->o2, QK_DTYPE_F32, M, N, 0);
+}
+
+static void lin_case_free(lin_case *lc)
+{
+    free(lc->x.mem);
+    free(lc->o1.mem);
+    free(lc->o2.mem);
+    qk_mx_weight_destroy(lc->mw);
+    wdata_free(&lc->w);
+}
+
 static void test_linear_threads_bit_identical(void)
 {
     const int64_t shapes[][3] = {{1, 4304, 1152}, {4, 1152, 4304}, {33, 300, 1152},
@@ -495,28 +523,17 @@ static void test_linear_threads_bit_identical(void)
         if (!provider_runs(p)) { qk_test_skip(p->name, "CPU lacks its instructions"); continue; }
         for (int s = 0; s < COUNT(shapes); s++) {
             const int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
-            wdata w;
-            wdata_make(&w, N, K, 900 + (uint64_t)s);
-            qk_mx_weight *mw = wcreate(p, &w, 0);
-            uint64_t rng = 17;
-            tbuf x, o1, o2;
-            tbuf_make(&x, QK_DTYPE_BF16, M, K, 0);
-            fill_x(&x, M, K, &rng, 1);
-            tbuf_make(&o1, QK_DTYPE_F32, M, N, 0);
-            tbuf_make(&o2, QK_DTYPE_F32, M, N, 0);
+            lin_case lc;
+            lin_case_make(&lc, p, M, N, K, 900 + (uint64_t)s, 17);
             qk_set_num_threads(1);
-            qk_status a = mw ? qk_mxfp8_linear(&x.t, mw, NULL, &o1.t) : QK_ERR_NOMEM;
+            qk_status a = lc.mw ? qk_mxfp8_linear(&lc.x.t, lc.mw, NULL, &lc.o1.t) : QK_ERR_NOMEM;
             qk_set_num_threads(2);
-            qk_status b = mw ? qk_mxfp8_linear(&x.t, mw, NULL, &o2.t) : QK_ERR_NOMEM;
+            qk_status b = lc.mw ? qk_mxfp8_linear(&lc.x.t, lc.mw, NULL, &lc.o2.t) : QK_ERR_NOMEM;
             qk_set_num_threads(0);
             CHECK(a == QK_OK && b == QK_OK, "%s: %s", p->name, qk_last_error());
-            CHECK(memcmp(o1.mem, o2.mem, o1.bytes) == 0, "%s M=%lld N=%lld K=%lld: 1 and 2 threads "
-                  "differ", p->name, (long long)M, (long long)N, (long long)K);
-            free(x.mem);
-            free(o1.mem);
-            free(o2.mem);
-            qk_mx_weight_destroy(mw);
-            wdata_free(&w);
+            CHECK(memcmp(lc.o1.mem, lc.o2.mem, lc.o1.bytes) == 0, "%s M=%lld N=%lld K=%lld: 1 and 2 "
+                  "threads differ", p->name, (long long)M, (long long)N, (long long)K);
+            lin_case_free(&lc);
         }
     }
 }
@@ -536,34 +553,25 @@ static void test_linear_rows_independent_of_m(void)
         for (int s = 0; s < COUNT(shapes); s++) {
             const int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
             if (!strcmp(p->name, "ref") && M * N * K > 4000000) continue; /* ref is slow */
-            wdata w;
-            wdata_make(&w, N, K, 300 + (uint64_t)s);
-            qk_mx_weight *mw = wcreate(p, &w, 0);
-            uint64_t rng = 23;
-            tbuf x, o1, o2;
-            tbuf_make(&x, QK_DTYPE_BF16, M, K, 0);
-            fill_x(&x, M, K, &rng, 1);
-            tbuf_make(&o1, QK_DTYPE_F32, M, N, 0);
-            tbuf_make(&o2, QK_DTYPE_F32, M, N, 0);
-            qk_status a = mw ? qk_mxfp8_linear(&x.t, mw, NULL, &o1.t) : QK_ERR_NOMEM;
+            lin_case lc;
+            lin_case_make(&lc, p, M, N, K, 300 + (uint64_t)s, 23);
+            qk_mx_weight *mw = lc.mw;
+            tbuf *x = &lc.x, *o1 = &lc.o1, *o2 = &lc.o2;
+            qk_status a = mw ? qk_mxfp8_linear(&x->t, mw, NULL, &o1->t) : QK_ERR_NOMEM;
             CHECK(a == QK_OK, "%s: %s", p->name, qk_last_error());
             for (int64_t i = 0; i < M && a == QK_OK; i++) {
                 int64_t xs[2] = {1, K}, os[2] = {1, N};
-                qk_tensor xi = qk_tensor_make((uint16_t *)x.t.data + i * x.t.stride[0], QK_DTYPE_BF16, 2, xs);
-                qk_tensor oi = qk_tensor_make((float *)o2.t.data + i * o2.t.stride[0], QK_DTYPE_F32, 2, os);
+                qk_tensor xi = qk_tensor_make((uint16_t *)x->t.data + i * x->t.stride[0], QK_DTYPE_BF16, 2, xs);
+                qk_tensor oi = qk_tensor_make((float *)o2->t.data + i * o2->t.stride[0], QK_DTYPE_F32, 2, os);
                 CHECK(qk_mxfp8_linear(&xi, mw, NULL, &oi) == QK_OK, "%s: %s", p->name, qk_last_error());
             }
             long differ = 0;
             for (int64_t i = 0; i < M; i++)
-                differ += memcmp((float *)o1.t.data + i * o1.t.stride[0],
-                                 (float *)o2.t.data + i * o2.t.stride[0], (size_t)N * 4) != 0;
+                differ += memcmp((float *)o1->t.data + i * o1->t.stride[0],
+                                 (float *)o2->t.data + i * o2->t.stride[0], (size_t)N * 4) != 0;
             CHECK(differ == 0, "%s M=%lld N=%lld K=%lld: %ld rows differ from the row computed alone",
                   p->name, (long long)M, (long long)N, (long long)K, differ);
-            free(x.mem);
-            free(o1.mem);
-            free(o2.mem);
-            qk_mx_weight_destroy(mw);
-            wdata_free(&w);
+            lin_case_free(&lc);
         }
     }
 }
