@@ -318,11 +318,25 @@ static qk_status avx2_run(const qk_linear_call *c)
     qk_linear_act a;
     qk_status st = qk_linear_act_quantize(c, quant, kp, l->kbp, &a);
     if (st) return st;
-    float *xt = (float *)qk_linear_alloc((size_t)(c->M * kp) * sizeof(float));
+    /* x decoded to f32: [M][kp] for the small-M kernel; for the GEMM k-major in groups of
+       MAX_M rows, [groups][kp][MAX_M], the rows past M zero */
+    const int gemm = c->M > MAX_M;
+    const int64_t groups = (c->M + MAX_M - 1) / MAX_M;
+    const int64_t nitems = (l->tiles + ITEM_TILES - 1) / ITEM_TILES;
+    const int64_t buf_floats = 2 * GEMM_MC * ITEM_TILES * TILE + ITEM_TILES * QK_MX_BLOCK * TILE;
+    int64_t gemm_threads = 1;
+    if (gemm) {
+        const double flops = 2.0 * (double)c->M * (double)c->N * (double)c->K;
+        gemm_threads = flops < 4e6 ? 1 : qk_threads();
+        if (gemm_threads > nitems) gemm_threads = nitems;
+    }
+    float *xt = (float *)qk_linear_alloc((size_t)((gemm ? groups * MAX_M : c->M) * kp) * sizeof(float));
     int32_t *ex = (int32_t *)qk_linear_alloc((size_t)(c->M * l->kbp) * sizeof(int32_t));
-    if (!xt || !ex) {
+    float *bufs = gemm ? (float *)qk_linear_alloc((size_t)(gemm_threads * buf_floats) * sizeof(float)) : NULL;
+    if (!xt || !ex || (gemm && !bufs)) {
         qk_linear_free(xt);
         qk_linear_free(ex);
+        qk_linear_free(bufs);
         qk_linear_act_free(&a);
         return QK_ERR_NOMEM;
     }
@@ -330,36 +344,24 @@ static qk_status avx2_run(const qk_linear_call *c)
     for (int i = 0; i < 256; i++) tab[i] = ldexpf(qk_e4m3_to_f32((uint8_t)i), X_EXP);
     for (int64_t m = 0; m < c->M; m++) {
         const uint8_t *q = a.q + m * a.qstride, *s = a.scale + m * a.sstride;
-        for (int64_t k = 0; k < kp; k++) xt[m * kp + k] = tab[q[k]];
+        if (gemm) {
+            float *xg = xt + (m / MAX_M) * kp * MAX_M + m % MAX_M;
+            for (int64_t k = 0; k < kp; k++) xg[k * MAX_M] = tab[q[k]];
+        } else {
+            for (int64_t k = 0; k < kp; k++) xt[m * kp + k] = tab[q[k]];
+        }
         for (int64_t j = 0; j < l->kbp; j++)
             ex[m * l->kbp + j] = (int32_t)s[j] - 127 - X_EXP - 127 - PURE_EXP;
     }
-    if (c->M > MAX_M) {
-        avx2_gemm_job g = {c, l, NULL, ex, kp, (l->tiles + ITEM_TILES - 1) / ITEM_TILES, 0, NULL,
-                           2 * GEMM_MC * ITEM_TILES * TILE + ITEM_TILES * QK_MX_BLOCK * TILE, 0};
-        const double flops = 2.0 * (double)c->M * (double)c->N * (double)c->K;
-        int64_t threads = flops < 4e6 ? 1 : qk_threads();
-        if (threads > g.items) threads = g.items;
-        const int64_t groups = (c->M + MAX_M - 1) / MAX_M;
-        float *xp = (float *)qk_linear_alloc((size_t)(groups * kp * MAX_M) * sizeof(float));
-        g.bufs = (float *)qk_linear_alloc((size_t)(threads * g.buf_floats) * sizeof(float));
-        if (!xp || !g.bufs) {
-            qk_linear_free(xp);
-            qk_linear_free(g.bufs);
-            qk_linear_free(xt);
-            qk_linear_free(ex);
-            qk_linear_act_free(&a);
-            return QK_ERR_NOMEM;
+    if (gemm) {
+        for (int64_t m = c->M; m < groups * MAX_M; m++) {
+            float *xg = xt + (m / MAX_M) * kp * MAX_M + m % MAX_M;
+            for (int64_t k = 0; k < kp; k++) xg[k * MAX_M] = 0.0f;
         }
-        for (int64_t m = 0; m < groups * MAX_M; m++)
-            for (int64_t k = 0; k < kp; k++)
-                xp[((m / MAX_M) * kp + k) * MAX_M + m % MAX_M] = m < c->M ? xt[m * kp + k] : 0.0f;
-        g.xp = xp;
-        qk_parallel_for(threads, 1, 0, avx2_gemm_worker, &g);
-        qk_linear_free(xp);
-        qk_linear_free(g.bufs);
+        avx2_gemm_job g = {c, l, xt, ex, kp, nitems, 0, bufs, buf_floats, 0};
+        qk_parallel_for(gemm_threads, 1, 0, avx2_gemm_worker, &g);
     }
-    for (int64_t m0 = 0; c->M <= MAX_M && m0 < c->M; m0 += MAX_M) {
+    for (int64_t m0 = 0; !gemm && m0 < c->M; m0 += MAX_M) {
         avx2_job g = {c, l, xt, ex, kp, m0, 0, 2, 0, 0, 0};
         g.MM = (int)(c->M - m0 < MAX_M ? c->M - m0 : MAX_M);
         g.groups = (l->tiles + g.TT - 1) / g.TT;
@@ -370,6 +372,7 @@ static qk_status avx2_run(const qk_linear_call *c)
     }
     qk_linear_free(xt);
     qk_linear_free(ex);
+    qk_linear_free(bufs);
     qk_linear_act_free(&a);
     return QK_OK;
 }

@@ -183,11 +183,12 @@ static inline void veo_store_round_bf16(uint16_t *p, vf *even, vf *odd)
     *even = _mm256_castsi256_ps(_mm256_and_si256(re, hi));
     *odd = _mm256_castsi256_ps(_mm256_and_si256(ro, hi));
 }
-/* nonzero when some of v is NaN or +-Inf */
-static inline int vany_nonfinite(vf v)
+/* nonzero when some lane of a or b is NaN or +-Inf */
+static inline int vany_nonfinite2(vf a, vf b)
 {
-    vf a = _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)));
-    vf m = _mm256_cmp_ps(a, vset1(0x1.fffffep127f), _CMP_NLE_UQ);
+    const vf abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)), big = vset1(0x1.fffffep127f);
+    vf m = _mm256_or_ps(_mm256_cmp_ps(_mm256_and_ps(a, abs), big, _CMP_NLE_UQ),
+                        _mm256_cmp_ps(_mm256_and_ps(b, abs), big, _CMP_NLE_UQ));
     return !_mm256_testz_ps(m, m);
 }
 
