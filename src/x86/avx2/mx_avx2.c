@@ -3,7 +3,9 @@
  * Quantize: 8 whole blocks at a time, the block maxima come from one transposing max tree and
  * the 8 scale bytes from one vector; each block's elements are then rounded in integer
  * arithmetic on their exponent-rebased magnitudes (BF16 in 16-bit lanes, F16/F32 in 32-bit
- * lanes). The rare lanes in the element format's subnormal range are redone by the reference
+ * lanes). BF16 codes saturate in the 16 -> 8 bit pack, take their signs from a second pack
+ * of the input, and the 8 blocks share one test for lanes left to the reference encoder.
+ * The rare lanes in the element format's subnormal range are redone by the reference
  * encoder, as are NaN/Inf blocks and blocks with a scale below 2^-107. Partial blocks go
  * through a zero-padded 32-element copy. */
 #include "internal.h"
@@ -27,30 +29,67 @@ static const qk_mx_options default_options = {QK_DTYPE_F8_E4M3, QK_MX_SCALE_FLOO
 
 /* ---- element codes (the rebasing of mx_avx512.c) ---- */
 
-/* 16 BF16 elements -> 16 codes in 16-bit lanes; *sub gets one bit per lane left to redo. */
-AI __m256i codes_bf16(__m256i x, __m256i kadd, const int e5, const int away, uint32_t *sub)
+/* BF16 elements, in 16-bit lanes. The rebased magnitude of an element of a block with scale
+   byte b is ap = |x| + (bias8 - b) * 128: the code's exponent and mantissa bits when
+   ap > 0x7f (normal), a result of 0 when ap < -mb * 128, and the format's subnormal range,
+   left to the reference encoder, in between. The rounding constant k0 is folded into the
+   per-block constant k7 = (bias8 - b) * 128 + k0. */
+#define BF16_SH(e5) (7 - MBITS(e5))
+#define BF16_K0(e5, away) ((away) ? 1 << (BF16_SH(e5) - 1) : (1 << (BF16_SH(e5) - 1)) - 1)
+
+AI int32_t bf16_k7(int b, const int e5, const int away)
 {
-    const int mb = MBITS(e5), sh = 7 - mb;
-    const __m256i a = _mm256_and_si256(x, _mm256_set1_epi16(0x7fff));
-    const __m256i ap = _mm256_add_epi16(a, kadd);
-    const __m256i normal = _mm256_cmpgt_epi16(ap, _mm256_set1_epi16(0x7f));
-    const __m256i zero = _mm256_cmpgt_epi16(_mm256_set1_epi16((short)(-mb * 128)), ap);
-    __m256i r;
-    if (away) {
-        r = _mm256_add_epi16(ap, _mm256_set1_epi16((short)(1 << (sh - 1))));
-    } else {
-        const __m256i lsb = _mm256_and_si256(_mm256_srli_epi16(ap, sh), _mm256_set1_epi16(1));
-        r = _mm256_add_epi16(_mm256_add_epi16(ap, _mm256_set1_epi16((short)((1 << (sh - 1)) - 1))), lsb);
-    }
-    __m256i c = _mm256_min_epu16(_mm256_and_si256(_mm256_srli_epi16(r, sh), normal),
-                                 _mm256_set1_epi16(MAXCODE(e5)));
-    const uint32_t done = (uint32_t)_mm256_movemask_epi8(_mm256_or_si256(normal, zero));
-    uint32_t s = 0;
-    if (__builtin_expect(done != 0xffffffffu, 0))
-        for (int i = 0; i < 16; i++)
-            if (!((done >> (2 * i)) & 1u)) s |= 1u << i;
-    *sub = s;
-    return _mm256_or_si256(c, _mm256_and_si256(_mm256_srli_epi16(x, 8), _mm256_set1_epi16(0x80)));
+    return (BIAS8(e5) - b) * 128 + BF16_K0(e5, away);
+}
+
+/* 16 elements -> 16 signed codes without sign or saturation (negative: rounds to 0) and, in
+   *u, a value that is below bf16_left_limit exactly in the lanes of the subnormal range, ap
+   in [-mb * 128, 0x7f], which go to the reference encoder: t - k0 - lo - 32768 maps that
+   range to the bottom of int16, and with b >= FAST_MIN_SCALE (ap >= -31616) the values below
+   it wrap to positive ones. */
+AI __m256i codes16_bf16(__m256i x, __m256i k7, const int e5, const int away, __m256i *u)
+{
+    const int sh = BF16_SH(e5), lo = -MBITS(e5) * 128, k0 = BF16_K0(e5, away);
+    const __m256i t = _mm256_add_epi16(_mm256_and_si256(x, _mm256_set1_epi16(0x7fff)), k7);
+    *u = _mm256_add_epi16(t, _mm256_set1_epi16((short)(-(lo + k0) - 32768)));
+    if (away) return _mm256_srai_epi16(t, sh);
+    /* nearest even: t = ap + 2^(sh-1) - 1; adding bit sh of t gives ap's tie rule (a carry out
+       of the low bits already rounded up, and then bit sh cannot carry again) */
+    return _mm256_srai_epi16(_mm256_add_epi16(t, _mm256_and_si256(_mm256_srli_epi16(t, sh),
+                                                                    _mm256_set1_epi16(1))), sh);
+}
+
+AI __m256i bf16_left_limit(const int e5)
+{
+    return _mm256_set1_epi16((short)(-32768 + 0x80 + MBITS(e5) * 128));
+}
+
+/* one whole block of 32 BF16 elements -> 32 codes at qb; returns the lane-wise minimum of the
+   u values of codes16_bf16 (a lane is left when it is below bf16_left_limit) */
+AI __m256i block_codes_bf16(const void *p, __m256i k7, uint8_t *qb, const int e5, const int away)
+{
+    const __m256i x0 = _mm256_loadu_si256((const __m256i *)p);
+    const __m256i x1 = _mm256_loadu_si256((const __m256i *)p + 1);
+    __m256i u0, u1;
+    const __m256i c0 = codes16_bf16(x0, k7, e5, away, &u0);
+    const __m256i c1 = codes16_bf16(x1, k7, e5, away, &u1);
+    /* packus: negative -> 0, large -> 255, then the saturation to the largest finite code;
+       packs keeps each element's sign in its byte's top bit */
+    const __m256i mag = _mm256_min_epu8(_mm256_packus_epi16(c0, c1), _mm256_set1_epi8(MAXCODE(e5)));
+    const __m256i sgn = _mm256_and_si256(_mm256_packs_epi16(x0, x1), _mm256_set1_epi8((char)0x80));
+    _mm256_storeu_si256((__m256i *)qb, _mm256_permute4x64_epi64(_mm256_or_si256(mag, sgn), 0xd8));
+    return _mm256_min_epi16(u0, u1);
+}
+
+/* the lanes of one BF16 block left to the reference encoder, one bit per element */
+static uint32_t block_left_bf16(const void *p, int b, const int e5, const int away)
+{
+    const __m256i k7 = _mm256_set1_epi16((short)bf16_k7(b, e5, away)), lim = bf16_left_limit(e5);
+    __m256i u0, u1;
+    (void)codes16_bf16(_mm256_loadu_si256((const __m256i *)p), k7, e5, away, &u0);
+    (void)codes16_bf16(_mm256_loadu_si256((const __m256i *)p + 1), k7, e5, away, &u1);
+    const __m256i l = _mm256_packs_epi16(_mm256_cmpgt_epi16(lim, u0), _mm256_cmpgt_epi16(lim, u1));
+    return (uint32_t)_mm256_movemask_epi8(_mm256_permute4x64_epi64(l, 0xd8));
 }
 
 /* 8 f32 elements -> 8 codes in 32-bit lanes; *sub gets one bit per lane left to redo. */
@@ -165,19 +204,11 @@ AI int block_scale(const void *p, const qk_dtype xdt, const int rceil, const int
 
 /* ---- one whole block's elements: p -> qb[0..32) ---- */
 
-/* The vector part: returns one bit per element left for the reference encoder (the
-   subnormal range of the element format). kadd: (bias8-b)*128 (BF16) or *2^23. */
-AI uint32_t quantize_block_vec(const void *p, const qk_dtype xdt, int32_t kadd, uint8_t *qb,
-                               const int e5, const int away)
+/* The vector part for F16/F32: returns one bit per element left for the reference encoder
+   (the subnormal range of the element format). kadd: (bias8-b)*2^23. */
+AI uint32_t quantize_block_vec32(const void *p, const qk_dtype xdt, int32_t kadd, uint8_t *qb,
+                                 const int e5, const int away)
 {
-    if (xdt == QK_DTYPE_BF16) {
-        const __m256i k = _mm256_set1_epi16((short)kadd);
-        uint32_t s0, s1;
-        const __m256i c0 = codes_bf16(_mm256_loadu_si256((const __m256i *)p), k, e5, away, &s0);
-        const __m256i c1 = codes_bf16(_mm256_loadu_si256((const __m256i *)p + 1), k, e5, away, &s1);
-        _mm256_storeu_si256((__m256i *)qb, _mm256_permute4x64_epi64(_mm256_packus_epi16(c0, c1), 0xd8));
-        return s0 | s1 << 16;
-    }
     const __m256i k = _mm256_set1_epi32(kadd);
     uint32_t s0, s1, s2, s3;
     const __m256i c0 = codes_f32(load8_f32(p, xdt, 0), k, e5, away, &s0);
@@ -202,11 +233,6 @@ static void redo_elements(const void *p, qk_dtype xdt, uint32_t sub, int b, cons
     }
 }
 
-static int32_t rebase_constant(int b, qk_dtype xdt, int e5)
-{
-    return (BIAS8(e5) - b) * (xdt == QK_DTYPE_BF16 ? 128 : 1 << 23);
-}
-
 AI void quantize_block(const void *p, const qk_dtype xdt, int b, const qk_mx_options *o, uint8_t *qb,
                        const int e5, const int away)
 {
@@ -218,8 +244,52 @@ AI void quantize_block(const void *p, const qk_dtype xdt, int b, const qk_mx_opt
         qk_mx_quantize_block_ref(p, xdt, 32, o, (uint8_t)b, qb);
         return;
     }
-    const uint32_t sub = quantize_block_vec(p, xdt, rebase_constant(b, xdt, e5), qb, e5, away);
+    uint32_t sub;
+    if (xdt == QK_DTYPE_BF16) {
+        const __m256i u = block_codes_bf16(p, _mm256_set1_epi16((short)bf16_k7(b, e5, away)), qb, e5, away);
+        const __m256i left = _mm256_cmpgt_epi16(bf16_left_limit(e5), u);
+        sub = _mm256_testz_si256(left, left) ? 0 : block_left_bf16(p, b, e5, away);
+    } else {
+        sub = quantize_block_vec32(p, xdt, (BIAS8(e5) - b) * (1 << 23), qb, e5, away);
+    }
     if (sub) redo_elements(p, xdt, sub, b, o, qb);
+}
+
+/* 8 whole blocks at x, none special: bs their scale bytes, k7 their bf16_k7 values */
+AI void group_fast_bf16(const char *x, __m256i k7v, const int32_t bs[8], const qk_mx_options *o,
+                        uint8_t *q, const int e5, const int away)
+{
+    int32_t k7[8];
+    _mm256_storeu_si256((__m256i *)k7, k7v);
+    __m256i umin = _mm256_set1_epi16(0x7fff);
+    /* unrolled by 2 only: gcc interleaves a full unroll and spills (measured slower) */
+#pragma GCC unroll 2
+    for (int t = 0; t < 8; t++)
+        umin = _mm256_min_epi16(umin, block_codes_bf16(x + 64 * t, _mm256_set1_epi16((short)k7[t]),
+                                                       q + 32 * t, e5, away));
+    const __m256i left = _mm256_cmpgt_epi16(bf16_left_limit(e5), umin);
+    if (__builtin_expect(!_mm256_testz_si256(left, left), 0))
+        for (int t = 0; t < 8; t++) {
+            const uint32_t sub = block_left_bf16(x + 64 * t, bs[t], e5, away);
+            if (sub) redo_elements(x + 64 * t, QK_DTYPE_BF16, sub, bs[t], o, q + 32 * t);
+        }
+}
+
+/* the same for F16/F32: kaddv the blocks' (bias8 - b) * 2^23 */
+AI void group_fast_32(const char *x, const qk_dtype xdt, __m256i kaddv, const int32_t bs[8],
+                      const qk_mx_options *o, uint8_t *q, const int e5, const int away)
+{
+    const size_t bb = 32 * qk_dtype_size(xdt);
+    int32_t kadd[8];
+    uint32_t sub[8], any = 0;
+    _mm256_storeu_si256((__m256i *)kadd, kaddv);
+    for (int t = 0; t < 8; t++) { /* no calls in this loop: its constants stay in registers */
+        sub[t] = quantize_block_vec32(x + bb * t, xdt, kadd[t], q + 32 * t, e5, away);
+        any |= sub[t];
+    }
+    if (__builtin_expect(any != 0, 0))
+        for (int t = 0; t < 8; t++)
+            if (sub[t]) redo_elements(x + bb * t, xdt, sub[t], bs[t], o, q + 32 * t);
 }
 
 AI void quantize_row(const void *x, const qk_dtype xdt, int64_t K, const qk_mx_options *o,
@@ -238,22 +308,16 @@ AI void quantize_row(const void *x, const qk_dtype xdt, int64_t K, const qk_mx_o
                                                 _mm256_cmpgt_epi32(_mm256_set1_epi32(FAST_MIN_SCALE), b));
         int32_t bs[8];
         _mm256_storeu_si256((__m256i *)bs, b);
-        for (int t = 0; t < 8; t++) scale[j + t] = (uint8_t)bs[t];
+        const __m128i b16 = _mm_packus_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
+        _mm_storel_epi64((__m128i *)(scale + j), _mm_packus_epi16(b16, b16)); /* the 8 scale bytes */
         if (__builtin_expect(_mm256_testz_si256(special, special), 1)) {
-            /* no calls in this loop: its constants stay in registers */
             const __m256i k = _mm256_sub_epi32(_mm256_set1_epi32(BIAS8(e5)), b);
-            int32_t kadd[8];
-            uint32_t sub[8], any = 0;
-            _mm256_storeu_si256((__m256i *)kadd, xdt == QK_DTYPE_BF16 ? _mm256_slli_epi32(k, 7)
-                                                                      : _mm256_slli_epi32(k, 23));
-            for (int t = 0; t < 8; t++) {
-                sub[t] = quantize_block_vec(xc + (size_t)(32 * (j + t)) * es, xdt, kadd[t],
-                                            q + 32 * (j + t), e5, away);
-                any |= sub[t];
-            }
-            if (__builtin_expect(any != 0, 0))
-                for (int t = 0; t < 8; t++)
-                    if (sub[t]) redo_elements(xc + (size_t)(32 * (j + t)) * es, xdt, sub[t], bs[t], o, q + 32 * (j + t));
+            if (xdt == QK_DTYPE_BF16)
+                group_fast_bf16(xc + (size_t)(64 * j), _mm256_add_epi32(_mm256_slli_epi32(k, 7),
+                                _mm256_set1_epi32(BF16_K0(e5, away))), bs, o, q + 32 * j, e5, away);
+            else
+                group_fast_32(xc + (size_t)(32 * j) * es, xdt, _mm256_slli_epi32(k, 23), bs, o,
+                              q + 32 * j, e5, away);
         } else {
             for (int t = 0; t < 8; t++)
                 quantize_block(xc + (size_t)(32 * (j + t)) * es, xdt, bs[t], o, q + 32 * (j + t), e5, away);
