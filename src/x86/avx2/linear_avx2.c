@@ -31,6 +31,7 @@
 #define PURE_EXP (-120)
 #define GROUP_BLOCKS 16
 #define MAX_M 4
+#define MAX_TT 4 /* tiles per pass of the small-M kernel */
 
 #define INLINE static inline __attribute__((always_inline))
 
@@ -128,11 +129,11 @@ INLINE void avx2_tiles(const avx2_job *g, int64_t t0, const int MM, const int TT
     const qk_linear_call *c = g->c;
     const avx2_layout *l = g->l;
     const __m256i mask = _mm256_set1_epi32((int)0x87F00000u);
-    __m256 acc[MAX_M][2];
-    float run[MAX_M][2][8], total[MAX_M][2][8];
+    __m256 acc[MAX_M][MAX_TT];
+    float run[MAX_M][MAX_TT][8], total[MAX_M][MAX_TT][8];
     memset(run, 0, sizeof run);
     memset(total, 0, sizeof total);
-    const uint8_t *tile[2];
+    const uint8_t *tile[MAX_TT];
     for (int t = 0; t < TT; t++) tile[t] = l->codes + (t0 + t) * l->tile_bytes;
     for (int64_t j = 0; j < l->kbp; j++) {
         const int64_t sbo = (j / SB_BLOCKS) * SB_BYTES, i = j % SB_BLOCKS;
@@ -145,7 +146,7 @@ INLINE void avx2_tiles(const avx2_job *g, int64_t t0, const int MM, const int TT
         const float *xj[MAX_M];
         for (int m = 0; m < MM; m++) xj[m] = g->xt + (g->m0 + m) * g->kp + j * QK_MX_BLOCK;
         for (int k = 0; k < QK_MX_BLOCK; k++) {
-            __m256 wv[2];
+            __m256 wv[MAX_TT];
             for (int t = 0; t < TT; t++) wv[t] = dec8(tile[t] + sbo + 32 + i * 256 + 8 * k, mask);
             for (int m = 0; m < MM; m++) {
                 __m256 xb = _mm256_broadcast_ss(xj[m] + k);
@@ -304,7 +305,8 @@ static void avx2_worker(const void *ctx, int64_t s0, int64_t s1)
             const int64_t t0 = grp * g->TT;
             const int tt = (int)(g->l->tiles - t0 < g->TT ? g->l->tiles - t0 : g->TT);
 #define AT(MMv, TTv) if (g->MM == MMv && tt == TTv) { avx2_tiles(g, t0, MMv, TTv); continue; }
-            AT(1, 1) AT(1, 2) AT(2, 1) AT(2, 2) AT(3, 1) AT(3, 2) AT(4, 1) AT(4, 2)
+            AT(1, 1) AT(1, 2) AT(1, 3) AT(1, 4) AT(2, 1) AT(2, 2) AT(2, 3) AT(2, 4)
+            AT(3, 1) AT(3, 2) AT(4, 1) AT(4, 2)
 #undef AT
         }
     }
@@ -362,8 +364,11 @@ static qk_status avx2_run(const qk_linear_call *c)
         qk_parallel_for(gemm_threads, 1, 0, avx2_gemm_worker, &g);
     }
     for (int64_t m0 = 0; !gemm && m0 < c->M; m0 += MAX_M) {
-        avx2_job g = {c, l, xt, ex, kp, m0, 0, 2, 0, 0, 0};
+        avx2_job g = {c, l, xt, ex, kp, m0, 0, 0, 0, 0, 0};
         g.MM = (int)(c->M - m0 < MAX_M ? c->M - m0 : MAX_M);
+        /* independent FMA chains per pass: MM x TT; 2 (M = 1, TT = 2) left the kernel bound by
+           FMA latency, not by reading the weight */
+        g.TT = g.MM <= 2 ? 4 : 2;
         g.groups = (l->tiles + g.TT - 1) / g.TT;
         int64_t threads = g.groups * g.TT * l->tile_bytes < (128 << 10) ? 1 : qk_threads();
         if (threads > g.groups) threads = g.groups;
