@@ -4,7 +4,7 @@
 #include "ref/mx_ref.h"
 #include "ref/linear_ref.h"
 
-#define REF_NORM {"ref", qk_norm_ref, 1 << 20}
+#define REF_NORM QK_NORM_IMPL_REF
 
 const qk_provider_set qk_provider_ref = {
     .name = "ref",

@@ -4,7 +4,7 @@
 #include "ref/mx_ref.h"
 #include "ref/linear_ref.h"
 
-#define NORM_REF {"ref", qk_norm_ref, 256 << 10}
+#define NORM_REF QK_NORM_IMPL_REF
 
 /* gemma_rms_norm: the API keeps the native (1 + w) ref kernel (it receives the raw weight);
  * the serving layer keeps an f32 1 + w and runs rms_norm with it: `qk bench gemma-shift`

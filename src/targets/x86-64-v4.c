@@ -10,7 +10,7 @@
 #include "ref/ref.h"
 #include "x86/x86.h"
 
-#define NORM_AVX512 {"avx512", qk_norm_avx512, 256 << 10}
+#define NORM_AVX512 QK_NORM_IMPL_AVX512
 
 /* gemma_rms_norm: the API keeps the native (1 + w) kernel (it receives the raw weight); the
  * serving layer keeps an f32 1 + w and runs rms_norm with it: `qk bench gemma-shift`

@@ -2,7 +2,7 @@
 #include "internal.h"
 #include "x86/x86.h"
 
-#define NORM_AVX2 {"avx2", qk_norm_avx2, 256 << 10}
+#define NORM_AVX2 QK_NORM_IMPL_AVX2
 
 const qk_provider_set qk_provider_avx2 = {
     .name = "avx2",

@@ -2,7 +2,7 @@
 #include "internal.h"
 #include "x86/x86.h"
 
-#define NORM_AVX512 {"avx512", qk_norm_avx512, 256 << 10}
+#define NORM_AVX512 QK_NORM_IMPL_AVX512
 
 const qk_provider_set qk_provider_avx512 = {
     .name = "avx512",
