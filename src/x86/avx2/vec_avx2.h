@@ -132,8 +132,8 @@ static inline double vd_sum(vd a)
 
 /* BF16 rows as even/odd halves: 16 BF16 values load as the f32 vectors of their even and
    odd elements with lane-local shifts (no widening shuffle) and store back rounded by exact
-   integer RNE, the two halves merged with one OR (no pack or permute). Weights for such rows
-   are kept in f32 with the same even/odd order per 16 elements (veo_split_f32). */
+   integer RNE, the two halves merged with one word blend (no pack or permute). Weights for
+   such rows are kept in f32 with the same even/odd order per 16 elements (veo_split_f32). */
 #define VEC_HAS_BF16_EO 1
 static inline void veo_load_bf16(const uint16_t *p, vf *even, vf *odd)
 {
@@ -163,8 +163,7 @@ static inline __m256i veo_rne_hi(vf v)
 }
 static inline __m256i veo_merge(__m256i re, __m256i ro)
 {
-    return _mm256_or_si256(_mm256_srli_epi32(re, 16),
-                           _mm256_and_si256(ro, _mm256_set1_epi32((int)0xffff0000u)));
+    return _mm256_blend_epi16(_mm256_srli_epi32(re, 16), ro, 0xaa); /* odd words from ro */
 }
 static inline void veo_store_bf16(uint16_t *p, vf even, vf odd)
 {
