@@ -1,5 +1,6 @@
 # qkern: thin wrapper over CMake. Two commands do all the set-up on a fresh Debian machine:
-#   make demo   builds the library and the qk tool for this machine and runs the main job (qk demo)
+#   make demo   builds the library and the qk tool for this machine, runs the main job (qk demo)
+#               and a quick norm bench (its summary; `qk bench norm` runs the full protocol)
 #   make test   builds every target with gcc and clang under ASan+UBSan and runs every test
 # Build outputs: build/libqkern.so, build/libqkern.a, build/qk (target: native).
 
@@ -40,6 +41,7 @@ build: deps
 demo: build
 	./build/qk info
 	./build/qk demo
+	./build/qk bench norm --quick
 
 # ---- every test: 3 targets x 2 compilers under ASan+UBSan, then the release build ----
 test: pydeps
