@@ -8,10 +8,12 @@
  * Decode: E4M3 -> f32 by shifts and a mask gives dec(w)·2^-120 exactly for every code
  * (subnormal codes become f32 subnormals, which FMA reads exactly); x is decoded to f32
  * dec(qx)·2^64, so every product is exact and normal. Each block is summed by FMA into a
- * fresh accumulator, scaled by 2^(sx + sw - 254) (offsets folded in) in double and rounded
- * once to f32, and added to a running sum flushed into the total every 16 blocks: summation
- * depth below 32 + 16 + kb/16, inside mxfp8.md's 2^-16 bound. M <= 4: the rows in one pass
- * over the weight, decoding as it goes. M > 4: each block of a work item's 8 tiles is decoded
+ * fresh accumulator, scaled by 2^(sx + sw - 254) (offsets folded in) and rounded once to f32
+ * (one f32 multiply when every 2^e of the row is a normal f32, checked per row of x against
+ * the weight's scale-byte range; in double otherwise: the same bits), and added to a running
+ * sum flushed into the total every 16 blocks: summation depth below 32 + 16 + kb/16, inside
+ * mxfp8.md's 2^-16 bound. M <= 4: the rows in one pass over the weight, decoding as it goes
+ * (4 tiles per pass for M <= 2, 2 otherwise). M > 4: each block of a work item's 8 tiles is decoded
  * once into f32 panels and used by every row (4 rows x 2 tiles per register tile, x packed
  * k-major per 4 rows), with the same per-block sums and scalings in the same order, so a row's
  * outputs depend neither on M nor on the thread split. */
@@ -37,6 +39,7 @@
 
 typedef struct avx2_layout {
     int64_t tiles, kbp, tile_bytes;
+    int sw_lo, sw_hi;   /* range of the real blocks' scale bytes */
     uint8_t *codes;     /* [tiles][kbp / 4] super-blocks */
 } avx2_layout;
 
@@ -56,13 +59,18 @@ static qk_status avx2_prepare(qk_mx_weight *w, const uint8_t *q, int64_t qs, con
         return QK_ERR_NOMEM;
     }
     memset(l->codes, 0, cb);
+    l->sw_lo = 255;
+    l->sw_hi = 0;
     for (int64_t n = 0; n < N; n++) {
         uint8_t *tile = l->codes + (n / TILE) * l->tile_bytes;
         const int64_t r = n % TILE;
         for (int64_t b = 0; b < kb; b++) {
             uint8_t *sb = tile + (b / SB_BLOCKS) * SB_BYTES;
             const int64_t i = b % SB_BLOCKS;
-            sb[8 * i + r] = scale[n * ss + b];
+            const int sv = scale[n * ss + b];
+            sb[8 * i + r] = (uint8_t)sv;
+            l->sw_lo = sv < l->sw_lo ? sv : l->sw_lo;
+            l->sw_hi = sv > l->sw_hi ? sv : l->sw_hi;
             uint8_t *blk = sb + 32 + i * 256;
             const int64_t k0 = b * QK_MX_BLOCK, kn = K - k0 < QK_MX_BLOCK ? K - k0 : QK_MX_BLOCK;
             for (int64_t kk = 0; kk < kn; kk++) blk[8 * kk + r] = q[n * qs + k0 + kk];
@@ -102,6 +110,18 @@ INLINE __m256 scale_block(__m256 b, __m256i e)
     return _mm256_insertf128_ps(_mm256_castps128_ps256(lo), hi, 1);
 }
 
+/* The same when 2^e is a normal f32 (e in [-126, 127], the usual case): one f32 multiply by
+   2^e rounds the exact product once, as the double path does (for a subnormal, infinite or
+   NaN result too), so both give the same bits. e is clamped into that range so that the
+   zero sums of padded blocks and rows, whose e may lie outside it, stay zero. */
+#define POW2_MIN (-126)
+#define POW2_MAX 127
+INLINE __m256 scale_block_pow2(__m256 b, __m256i e)
+{
+    e = _mm256_min_epi32(_mm256_max_epi32(e, _mm256_set1_epi32(POW2_MIN)), _mm256_set1_epi32(POW2_MAX));
+    return _mm256_mul_ps(b, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(127)), 23)));
+}
+
 typedef struct avx2_job {
     const qk_linear_call *c;
     const avx2_layout *l;
@@ -110,6 +130,7 @@ typedef struct avx2_job {
     int64_t kp, m0;
     int MM, TT;
     int64_t groups, chunk, next;   /* tile groups, handed out chunk by chunk */
+    const uint8_t *pow2;    /* [M]: 1 when every real block of the row scales by scale_block_pow2 */
 } avx2_job;
 
 static void store8(char *orow, qk_dtype odt, int64_t n0, int64_t valid, const float *bias,
@@ -124,7 +145,7 @@ static void store8(char *orow, qk_dtype odt, int64_t n0, int64_t valid, const fl
     }
 }
 
-INLINE void avx2_tiles(const avx2_job *g, int64_t t0, const int MM, const int TT)
+INLINE void avx2_tiles(const avx2_job *g, int64_t t0, const int MM, const int TT, const int pow2)
 {
     const qk_linear_call *c = g->c;
     const avx2_layout *l = g->l;
@@ -157,7 +178,8 @@ INLINE void avx2_tiles(const avx2_job *g, int64_t t0, const int MM, const int TT
             __m256i sw = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(tile[t] + sbo + 8 * i)));
             for (int m = 0; m < MM; m++) {
                 __m256i e = _mm256_add_epi32(sw, _mm256_set1_epi32(g->ex[(g->m0 + m) * l->kbp + j]));
-                __m256 r = _mm256_add_ps(_mm256_loadu_ps(run[m][t]), scale_block(acc[m][t], e));
+                __m256 r = _mm256_add_ps(_mm256_loadu_ps(run[m][t]), pow2 ? scale_block_pow2(acc[m][t], e)
+                                                                           : scale_block(acc[m][t], e));
                 _mm256_storeu_ps(run[m][t], r);
             }
         }
@@ -196,11 +218,13 @@ typedef struct avx2_gemm_job {
     int64_t kp, items, next;
     float *bufs;            /* per worker: run and total sums [2][GEMM_MC][W], then the panels */
     int64_t buf_floats, slot;
+    const uint8_t *pow2;
 } avx2_gemm_job;
 
 /* rows m0 .. m0+MM of tile pair tp (TT tiles) over the block's panels */
 INLINE void gemm_micro(const avx2_gemm_job *g, const float *panel, const __m256i *sw, float *run,
-                       int64_t mc, int64_t m0, int tp, int64_t j, const int MM, const int TT)
+                       int64_t mc, int64_t m0, int tp, int64_t j, const int MM, const int TT,
+                       const int pow2)
 {
     const int64_t kbp = g->l->kbp, W = ITEM_TILES * TILE;
     __m256 acc[MAX_M][2];
@@ -219,7 +243,8 @@ INLINE void gemm_micro(const avx2_gemm_job *g, const float *panel, const __m256i
         for (int m = 0; m < MM; m++) {
             __m256i e = _mm256_add_epi32(sw[tp + t], _mm256_set1_epi32(g->ex[(m0 + m) * kbp + j]));
             float *r = run + (m0 - mc + m) * W + (tp + t) * TILE;
-            _mm256_storeu_ps(r, _mm256_add_ps(_mm256_loadu_ps(r), scale_block(acc[m][t], e)));
+            _mm256_storeu_ps(r, _mm256_add_ps(_mm256_loadu_ps(r), pow2 ? scale_block_pow2(acc[m][t], e)
+                                                                       : scale_block(acc[m][t], e)));
         }
 }
 
@@ -247,9 +272,16 @@ static void gemm_item(const avx2_gemm_job *g, int64_t t0, int nt, float *run, fl
             }
             for (int64_t m0 = mc; m0 < me; m0 += MAX_M) {
                 const int mm = (int)(me - m0 < MAX_M ? me - m0 : MAX_M);
+                int p2 = 1;
+                for (int m = 0; m < mm; m++) p2 &= g->pow2[m0 + m];
                 for (int tp = 0; tp < nt; tp += 2) {
                     const int tt = nt - tp < 2 ? 1 : 2;
-#define GM(MMv, TTv) if (mm == MMv && tt == TTv) { gemm_micro(g, panel, sw, run, mc, m0, tp, j, MMv, TTv); continue; }
+#define GM(MMv, TTv)                                                                        \
+    if (mm == MMv && tt == TTv) {                                                           \
+        if (p2) gemm_micro(g, panel, sw, run, mc, m0, tp, j, MMv, TTv, 1);                  \
+        else gemm_micro(g, panel, sw, run, mc, m0, tp, j, MMv, TTv, 0);                     \
+        continue;                                                                           \
+    }
                     GM(4, 2) GM(4, 1) GM(3, 2) GM(3, 1) GM(2, 2) GM(2, 1) GM(1, 2) GM(1, 1)
 #undef GM
                 }
@@ -297,6 +329,8 @@ static void avx2_worker(const void *ctx, int64_t s0, int64_t s1)
     avx2_job *g = (avx2_job *)(uintptr_t)ctx;
     (void)s0;
     (void)s1;
+    int p2 = 1;
+    for (int m = 0; m < g->MM; m++) p2 &= g->pow2[g->m0 + m];
     for (;;) {
         const int64_t b = __atomic_fetch_add(&g->next, g->chunk, __ATOMIC_RELAXED);
         if (b >= g->groups) break;
@@ -304,7 +338,12 @@ static void avx2_worker(const void *ctx, int64_t s0, int64_t s1)
         for (int64_t grp = b; grp < e; grp++) {
             const int64_t t0 = grp * g->TT;
             const int tt = (int)(g->l->tiles - t0 < g->TT ? g->l->tiles - t0 : g->TT);
-#define AT(MMv, TTv) if (g->MM == MMv && tt == TTv) { avx2_tiles(g, t0, MMv, TTv); continue; }
+#define AT(MMv, TTv)                                                                        \
+    if (g->MM == MMv && tt == TTv) {                                                        \
+        if (p2) avx2_tiles(g, t0, MMv, TTv, 1);                                             \
+        else avx2_tiles(g, t0, MMv, TTv, 0);                                                \
+        continue;                                                                           \
+    }
             AT(1, 1) AT(1, 2) AT(1, 3) AT(1, 4) AT(2, 1) AT(2, 2) AT(2, 3) AT(2, 4)
             AT(3, 1) AT(3, 2) AT(4, 1) AT(4, 2)
 #undef AT
@@ -334,10 +373,12 @@ static qk_status avx2_run(const qk_linear_call *c)
     }
     float *xt = (float *)qk_linear_alloc((size_t)((gemm ? groups * MAX_M : c->M) * kp) * sizeof(float));
     int32_t *ex = (int32_t *)qk_linear_alloc((size_t)(c->M * l->kbp) * sizeof(int32_t));
+    uint8_t *pow2 = (uint8_t *)qk_linear_alloc((size_t)c->M);
     float *bufs = gemm ? (float *)qk_linear_alloc((size_t)(gemm_threads * buf_floats) * sizeof(float)) : NULL;
-    if (!xt || !ex || (gemm && !bufs)) {
+    if (!xt || !ex || !pow2 || (gemm && !bufs)) {
         qk_linear_free(xt);
         qk_linear_free(ex);
+        qk_linear_free(pow2);
         qk_linear_free(bufs);
         qk_linear_act_free(&a);
         return QK_ERR_NOMEM;
@@ -352,19 +393,26 @@ static qk_status avx2_run(const qk_linear_call *c)
         } else {
             for (int64_t k = 0; k < kp; k++) xt[m * kp + k] = tab[q[k]];
         }
-        for (int64_t j = 0; j < l->kbp; j++)
+        int32_t lo = INT32_MAX, hi = INT32_MIN;
+        for (int64_t j = 0; j < l->kbp; j++) {
             ex[m * l->kbp + j] = (int32_t)s[j] - 127 - X_EXP - 127 - PURE_EXP;
+            if (j < c->w->kb) {
+                lo = ex[m * l->kbp + j] < lo ? ex[m * l->kbp + j] : lo;
+                hi = ex[m * l->kbp + j] > hi ? ex[m * l->kbp + j] : hi;
+            }
+        }
+        pow2[m] = lo + l->sw_lo >= POW2_MIN && hi + l->sw_hi <= POW2_MAX;
     }
     if (gemm) {
         for (int64_t m = c->M; m < groups * MAX_M; m++) {
             float *xg = xt + (m / MAX_M) * kp * MAX_M + m % MAX_M;
             for (int64_t k = 0; k < kp; k++) xg[k * MAX_M] = 0.0f;
         }
-        avx2_gemm_job g = {c, l, xt, ex, kp, nitems, 0, bufs, buf_floats, 0};
+        avx2_gemm_job g = {c, l, xt, ex, kp, nitems, 0, bufs, buf_floats, 0, pow2};
         qk_parallel_for(gemm_threads, 1, 0, avx2_gemm_worker, &g);
     }
     for (int64_t m0 = 0; !gemm && m0 < c->M; m0 += MAX_M) {
-        avx2_job g = {c, l, xt, ex, kp, m0, 0, 0, 0, 0, 0};
+        avx2_job g = {c, l, xt, ex, kp, m0, 0, 0, 0, 0, 0, pow2};
         g.MM = (int)(c->M - m0 < MAX_M ? c->M - m0 : MAX_M);
         /* independent FMA chains per pass: MM x TT; 2 (M = 1, TT = 2) left the kernel bound by
            FMA latency, not by reading the weight */
@@ -377,6 +425,7 @@ static qk_status avx2_run(const qk_linear_call *c)
     }
     qk_linear_free(xt);
     qk_linear_free(ex);
+    qk_linear_free(pow2);
     qk_linear_free(bufs);
     qk_linear_act_free(&a);
     return QK_OK;
