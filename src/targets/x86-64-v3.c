@@ -2,7 +2,8 @@
  *   norm family -> avx2 (8-lane f32 with double-accumulated sums of squares; BF16 rows in
  *                  even/odd halves with exact integer RNE; 27-30x ref, 4.4-4.9x the
  *                  composite, `qk bench norm` on Zen 3)
- *   mx ops -> avx2 (BF16->E4M3: 7.8 Gelem/s per thread vs ref 0.08; Zen 5)
+ *   mx ops -> avx2 (BF16->E4M3: 7.8 Gelem/s per thread vs ref 0.08 on Zen 5; on Zen 3 85x
+ *                   ref, 0.37 of copy bandwidth from cache and 0.58 from DRAM, qk bench quant)
  */
 #include "internal.h"
 #include "ref/ref.h"
@@ -25,8 +26,9 @@ const qk_target_table qk_target_table_built = {
         .mx_quantize = {"avx2", qk_mx_quantize_row_avx2},
         .mx_dequantize = {"avx2", qk_mx_dequantize_row_avx2},
         .mx_pack_scale_pairs = "ref",
-        .mxfp8_linear = &qk_linear_avx2,    /* avx2 f32 FMA: 8-15x ref at M = 1, 0.58-0.81 of the
-                                               f32 FMA peak at M >= 128 (qk bench linear, Zen 3) */
+        .mxfp8_linear = &qk_linear_avx2,    /* avx2 f32 FMA: 9-17x ref at M = 1 (0.68-0.75 of read
+                                               bandwidth), 0.61-0.93 of the f32 FMA peak at M >= 128
+                                               (qk bench linear, Zen 3, commit 116e01e) */
     },
     .gemma_shifted_weight = true,
 };
