@@ -155,6 +155,9 @@ typedef void (*qk_mx_quantize_row_fn)(const void *x, qk_dtype xdt, int64_t K,
 typedef void (*qk_mx_dequantize_row_fn)(const uint8_t *q, qk_dtype qdt, const uint8_t *scale,
                                         int64_t K, void *out, qk_dtype odt);
 typedef struct qk_mx_quantize_impl { const char *provider; qk_mx_quantize_row_fn fn; } qk_mx_quantize_impl;
+/* The API's MX ops run rows on one thread below this many bytes moved (qk bench quant
+   threads its row kernels the same way). */
+#define QK_MX_MIN_PARALLEL_BYTES (128 << 10)
 typedef struct qk_mx_dequantize_impl { const char *provider; qk_mx_dequantize_row_fn fn; } qk_mx_dequantize_impl;
 /* qk_mx_quantize with a given provider (the public call passes its target's; the serving
    layer's reference backend passes ref's): the same checks, then impl's row kernel. */

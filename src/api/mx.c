@@ -9,9 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-/* Below this many bytes moved, one thread runs the whole call. */
-#define MX_MIN_PARALLEL_BYTES (128 << 10)
-
 qk_mx_options qk_mx_options_default(void)
 {
     qk_mx_options o = {QK_DTYPE_F8_E4M3, QK_MX_SCALE_FLOOR, QK_ROUND_NEAREST_EVEN};
@@ -159,7 +156,7 @@ qk_status qk_mx_quantize_with(const qk_mx_quantize_impl *impl, const qk_tensor *
     j.s = (char *)scale->data;
     j.sr = qk_rows_of(scale);
     const int64_t per_row = j.K * (int64_t)(qk_dtype_size(x->dtype) + 1) + blocks_of(j.K);
-    qk_parallel_for(rows, per_row, MX_MIN_PARALLEL_BYTES, quant_range, &j);
+    qk_parallel_for(rows, per_row, QK_MX_MIN_PARALLEL_BYTES, quant_range, &j);
     return QK_OK;
 }
 
@@ -226,7 +223,7 @@ qk_status qk_mx_dequantize(const qk_tensor *q, const qk_tensor *scale, qk_tensor
     j.out = (char *)out->data;
     j.outr = qk_rows_of(out);
     const int64_t per_row = j.K * (int64_t)(qk_dtype_size(out->dtype) + 1) + blocks_of(j.K);
-    qk_parallel_for(rows, per_row, MX_MIN_PARALLEL_BYTES, dequant_range, &j);
+    qk_parallel_for(rows, per_row, QK_MX_MIN_PARALLEL_BYTES, dequant_range, &j);
     return QK_OK;
 }
 
@@ -296,6 +293,6 @@ qk_status qk_mx_pack_scale_pairs(const qk_tensor *scale, qk_tensor *packed)
     j.sr = qk_rows_of(scale);
     j.p = (char *)packed->data;
     j.pr = qk_rows_of(&pv);
-    qk_parallel_for(rows, 2 * kb + 1, MX_MIN_PARALLEL_BYTES, pack_range, &j);
+    qk_parallel_for(rows, 2 * kb + 1, QK_MX_MIN_PARALLEL_BYTES, pack_range, &j);
     return QK_OK;
 }

@@ -16,8 +16,6 @@
 
 #define MAXP 8
 #define TARGET_FRACTION 0.50
-/* below this many bytes moved a call runs on one thread, as in src/api/mx.c */
-#define MIN_PARALLEL_BYTES (128 << 10)
 #define INTERLEAVE_BLOCK 10  /* timed calls per variant per turn */
 
 static const int64_t shapes_full[][2] = {{1, 4304}, {16, 5120}, {512, 5120}, {512, 17408}};
@@ -140,7 +138,7 @@ static void call_once(const call_ctx *x, int k)
         return;
     }
     rows_job j = {x->p->ops.mx_quantize.fn, &x->opt, b->x[k], b->q[k], b->s[k], c->K, c->kb};
-    qk_parallel_for(c->M, c->K * 3 + c->kb, MIN_PARALLEL_BYTES, rows_range, &j);
+    qk_parallel_for(c->M, c->K * 3 + c->kb, QK_MX_MIN_PARALLEL_BYTES, rows_range, &j);
 }
 
 static void timed_call(void *p, int64_t iter)
