@@ -322,10 +322,24 @@ static void test_nonfinite_rows_isolated(void)
     }
 }
 
+/* elements of a and b (n of dtype dt) whose bits differ, both NaN counting as equal (NaN
+   payloads may follow operand order) */
+static long count_differ(const unsigned char *a, const unsigned char *b, qk_dtype dt, int64_t n)
+{
+    long differ = 0;
+    for (int64_t e = 0; e < n; e++) {
+        const uint32_t b1 = t_load_bits(a, dt, e), b2 = t_load_bits(b, dt, e);
+        differ += b1 != b2 && !(isnan(t_decode(b1, dt)) && isnan(t_decode(b2, dt)));
+    }
+    return differ;
+}
+
 /* A row's bits do not depend on the rows beside it: every provider gives each row of a
    5-row call (which takes the pipelined multi-row paths) exactly what the same row gives
    alone (the single-row path), for every x dtype, plain/Gemma/add forms and tail lengths,
-   with a NaN row, an Inf row, a zero row and, in a second pass, a NaN weight element. */
+   with a NaN row, an Inf row, a zero row and, in a second pass, a NaN weight element. The
+   5-row call runs on 2 threads (split where the provider's one-thread limit allows) and on
+   1 thread, with the same bits. */
 static void test_row_bits_independent_of_batch(void)
 {
     static const int64_t Hb[] = {1, 7, 16, 17, 33, 64, 100, 129, 1000, 4304};
@@ -348,6 +362,7 @@ static void test_row_bits_independent_of_batch(void)
                         unsigned char *x = malloc((size_t)(R * H * es)), *res = malloc((size_t)(R * H * es));
                         unsigned char *o1 = malloc((size_t)(R * H * es)), *o2 = malloc((size_t)(R * H * es));
                         unsigned char *r1 = malloc((size_t)(R * H * es)), *r2 = malloc((size_t)(R * H * es));
+                        unsigned char *o3 = malloc((size_t)(R * H * es)), *r3 = malloc((size_t)(R * H * es));
                         float *w = malloc((size_t)H * sizeof(float));
                         for (int64_t i = 0; i < R * H; i++) {
                             double v = qk_rand_normal(&rng), u = qk_rand_normal(&rng) * 0.5;
@@ -365,12 +380,28 @@ static void test_row_bits_independent_of_batch(void)
                         qk_tensor xt = qk_tensor_make(x, dt, 2, sh), rt = qk_tensor_make(res, dt, 2, sh);
                         qk_tensor wt = qk_tensor_make(w, wdt, 1, &H);
                         qk_tensor ot = qk_tensor_make(o1, dt, 2, sh), rot = qk_tensor_make(r1, dt, 2, sh);
-                        float rs1[R], rs2[R];
+                        float rs1[R], rs2[R], rs3[R];
                         int64_t nr = R, one = 1;
                         qk_tensor rst = qk_tensor_make(rs1, QK_DTYPE_F32, 1, &nr);
+                        qk_set_num_threads(2);
                         qk_status st = qk_norm_run(kind, &p->ops.norm[kind], &xt, &wt, add ? &rt : NULL,
                                                    1e-6f, &ot, add ? &rot : &rst);
                         CHECK(st == QK_OK, "%s: %s", p->name, qk_last_error());
+                        {
+                            qk_tensor ot3 = qk_tensor_make(o3, dt, 2, sh), rot3 = qk_tensor_make(r3, dt, 2, sh);
+                            qk_tensor rst3 = qk_tensor_make(rs3, QK_DTYPE_F32, 1, &nr);
+                            qk_set_num_threads(1);
+                            st = qk_norm_run(kind, &p->ops.norm[kind], &xt, &wt, add ? &rt : NULL, 1e-6f,
+                                             &ot3, add ? &rot3 : &rst3);
+                            qk_set_num_threads(0);
+                            CHECK(st == QK_OK, "%s: %s", p->name, qk_last_error());
+                            CHECK(count_differ(o1, o3, dt, R * H) == 0 &&
+                                  (!add || !memcmp(r1, r3, (size_t)(R * H * es))) &&
+                                  (add || !memcmp(rs1, rs3, sizeof rs1)),
+                                  "%s %s x=%s w=%s H=%lld: the 5-row call on 2 threads differs from 1 thread",
+                                  p->name, qk_norm_op_name(kind), qk_dtype_name(dt), qk_dtype_name(wdt),
+                                  (long long)H);
+                        }
                         for (int64_t i = 0; i < R; i++) {
                             qk_tensor x1 = qk_tensor_make(x + i * H * es, dt, 1, &H);
                             qk_tensor re1 = qk_tensor_make(res + i * H * es, dt, 1, &H);
@@ -381,12 +412,7 @@ static void test_row_bits_independent_of_batch(void)
                                              &ot1, add ? &ro1 : &rs1t);
                             CHECK(st == QK_OK, "%s: %s", p->name, qk_last_error());
                         }
-                        /* bits equal, or both NaN (NaN payloads may follow operand order) */
-                        long differ = 0;
-                        for (int64_t e = 0; e < R * H; e++) {
-                            const uint32_t b1 = t_load_bits(o1, dt, e), b2 = t_load_bits(o2, dt, e);
-                            differ += b1 != b2 && !(isnan(t_decode(b1, dt)) && isnan(t_decode(b2, dt)));
-                        }
+                        const long differ = count_differ(o1, o2, dt, R * H);
                         CHECK(differ == 0,
                               "%s %s x=%s w=%s H=%lld%s: %ld elements of a 5-row call differ from the rows alone",
                               p->name, qk_norm_op_name(kind), qk_dtype_name(dt), qk_dtype_name(wdt),
@@ -403,7 +429,7 @@ static void test_row_bits_independent_of_batch(void)
                                   qk_norm_op_name(kind), qk_dtype_name(dt), (long long)H,
                                   (long long)i);
                         }
-                        free(x); free(res); free(o1); free(o2); free(r1); free(r2); free(w);
+                        free(x); free(res); free(o1); free(o2); free(o3); free(r1); free(r2); free(r3); free(w);
                     }
     }
 }
