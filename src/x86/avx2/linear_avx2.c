@@ -14,7 +14,7 @@
  * sum flushed into the total every 16 blocks: summation depth below 32 + 16 + kb/16, inside
  * mxfp8.md's 2^-16 bound. M <= 4: the rows in one pass over the weight, decoding as it goes
  * (4 tiles per pass for M <= 2, 2 otherwise). M > 4: each block of a work item's 8 tiles is decoded
- * once into f32 panels and used by every row (4 rows x 2 tiles per register tile, x packed
+ * once into f32 panels and used by every row (4 rows x 3 tiles per register tile, x packed
  * k-major per 4 rows), with the same per-block sums and scalings in the same order, so a row's
  * outputs depend neither on M nor on the thread split. */
 #include "internal.h"
@@ -204,7 +204,7 @@ INLINE void avx2_tiles(const avx2_job *g, int64_t t0, const int MM, const int TT
 /* ---- GEMM (M > MAX_M): each block of a tile is decoded once into an f32 panel and used by
    every row, instead of once per MAX_M rows. A work item is up to ITEM_TILES tiles; per block
    their panels (ITEM_TILES x 32 x 8 f32, in L1) serve the rows MAX_M at a time, the x block
-   of those rows staying in L1 across the item's tile pairs. Every block sum, scaling and
+   of those rows staying in L1 across the item's tile triples. Every block sum, scaling and
    running/total sum is the operation avx2_tiles performs in the same order, so a row's
    result does not depend on M or on the path. */
 #define ITEM_TILES 8
@@ -221,18 +221,19 @@ typedef struct avx2_gemm_job {
     const uint8_t *pow2;
 } avx2_gemm_job;
 
-/* rows m0 .. m0+MM of tile pair tp (TT tiles) over the block's panels */
+/* rows m0 .. m0+MM of tiles tp .. tp+TT (TT <= 3: 12 accumulators, 3 panel vectors and a
+   broadcast fill the 16 registers) over the block's panels */
 INLINE void gemm_micro(const avx2_gemm_job *g, const float *panel, const __m256i *sw, float *run,
                        int64_t mc, int64_t m0, int tp, int64_t j, const int MM, const int TT,
                        const int pow2)
 {
     const int64_t kbp = g->l->kbp, W = ITEM_TILES * TILE;
-    __m256 acc[MAX_M][2];
+    __m256 acc[MAX_M][3];
     for (int m = 0; m < MM; m++)
         for (int t = 0; t < TT; t++) acc[m][t] = _mm256_setzero_ps();
     const float *xj = g->xp + (m0 / MAX_M) * g->kp * MAX_M + j * QK_MX_BLOCK * MAX_M;
     for (int k = 0; k < QK_MX_BLOCK; k++) {
-        __m256 wv[2];
+        __m256 wv[3];
         for (int t = 0; t < TT; t++) wv[t] = _mm256_load_ps(panel + ((tp + t) * QK_MX_BLOCK + k) * TILE);
         for (int m = 0; m < MM; m++) {
             __m256 xb = _mm256_broadcast_ss(xj + k * MAX_M + m);
@@ -274,15 +275,16 @@ static void gemm_item(const avx2_gemm_job *g, int64_t t0, int nt, float *run, fl
                 const int mm = (int)(me - m0 < MAX_M ? me - m0 : MAX_M);
                 int p2 = 1;
                 for (int m = 0; m < mm; m++) p2 &= g->pow2[m0 + m];
-                for (int tp = 0; tp < nt; tp += 2) {
-                    const int tt = nt - tp < 2 ? 1 : 2;
+                for (int tp = 0; tp < nt; tp += 3) {
+                    const int tt = nt - tp < 3 ? nt - tp : 3;
 #define GM(MMv, TTv)                                                                        \
     if (mm == MMv && tt == TTv) {                                                           \
         if (p2) gemm_micro(g, panel, sw, run, mc, m0, tp, j, MMv, TTv, 1);                  \
         else gemm_micro(g, panel, sw, run, mc, m0, tp, j, MMv, TTv, 0);                     \
         continue;                                                                           \
     }
-                    GM(4, 2) GM(4, 1) GM(3, 2) GM(3, 1) GM(2, 2) GM(2, 1) GM(1, 2) GM(1, 1)
+                    GM(4, 3) GM(4, 2) GM(4, 1) GM(3, 3) GM(3, 2) GM(3, 1) GM(2, 3) GM(2, 2) GM(2, 1)
+                    GM(1, 3) GM(1, 2) GM(1, 1)
 #undef GM
                 }
             }
