@@ -112,14 +112,14 @@ INLINE __m256 scale_block(__m256 b, __m256i e)
 
 /* The same when 2^e is a normal f32 (e in [-126, 127], the usual case): one f32 multiply by
    2^e rounds the exact product once, as the double path does (for a subnormal, infinite or
-   NaN result too), so both give the same bits. e is clamped into that range so that the
-   zero sums of padded blocks and rows, whose e may lie outside it, stay zero. */
+   NaN result too), so both give the same bits. e127 = e + 127, in [1, 254] for every real
+   row (the lanes of padded rows may hold anything: they are never stored; padded blocks are
+   not run). */
 #define POW2_MIN (-126)
 #define POW2_MAX 127
-INLINE __m256 scale_block_pow2(__m256 b, __m256i e)
+INLINE __m256 scale_block_pow2(__m256 b, __m256i e127)
 {
-    e = _mm256_min_epi32(_mm256_max_epi32(e, _mm256_set1_epi32(POW2_MIN)), _mm256_set1_epi32(POW2_MAX));
-    return _mm256_mul_ps(b, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(127)), 23)));
+    return _mm256_mul_ps(b, _mm256_castsi256_ps(_mm256_slli_epi32(e127, 23)));
 }
 
 typedef struct avx2_job {
@@ -156,7 +156,7 @@ INLINE void avx2_tiles(const avx2_job *g, int64_t t0, const int MM, const int TT
     memset(total, 0, sizeof total);
     const uint8_t *tile[MAX_TT];
     for (int t = 0; t < TT; t++) tile[t] = l->codes + (t0 + t) * l->tile_bytes;
-    for (int64_t j = 0; j < l->kbp; j++) {
+    for (int64_t j = 0; j < c->w->kb; j++) { /* padded blocks (j >= kb) add only zeros */
         const int64_t sbo = (j / SB_BLOCKS) * SB_BYTES, i = j % SB_BLOCKS;
         for (int t = 0; t < TT; t++) /* the same block one super-block ahead */
             for (int q = 0; q < 4; q++)
@@ -176,6 +176,7 @@ INLINE void avx2_tiles(const avx2_job *g, int64_t t0, const int MM, const int TT
         }
         for (int t = 0; t < TT; t++) {
             __m256i sw = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(tile[t] + sbo + 8 * i)));
+            if (pow2) sw = _mm256_add_epi32(sw, _mm256_set1_epi32(127));
             for (int m = 0; m < MM; m++) {
                 __m256i e = _mm256_add_epi32(sw, _mm256_set1_epi32(g->ex[(g->m0 + m) * l->kbp + j]));
                 __m256 r = _mm256_add_ps(_mm256_loadu_ps(run[m][t]), pow2 ? scale_block_pow2(acc[m][t], e)
@@ -222,7 +223,8 @@ typedef struct avx2_gemm_job {
 } avx2_gemm_job;
 
 /* rows m0 .. m0+MM of tiles tp .. tp+TT (TT <= 3: 12 accumulators, 3 panel vectors and a
-   broadcast fill the 16 registers) over the block's panels */
+   broadcast fill the 16 registers) over the block's panels; sw: the tiles' scale bytes,
+   + 127 for the pow2 path */
 INLINE void gemm_micro(const avx2_gemm_job *g, const float *panel, const __m256i *sw, float *run,
                        int64_t mc, int64_t m0, int tp, int64_t j, const int MM, const int TT,
                        const int pow2)
@@ -260,9 +262,9 @@ static void gemm_item(const avx2_gemm_job *g, int64_t t0, int nt, float *run, fl
         const int64_t me = M - mc < GEMM_MC ? M : mc + GEMM_MC;
         memset(run, 0, sizeof(float) * (size_t)(GEMM_MC * W));
         memset(total, 0, sizeof(float) * (size_t)(GEMM_MC * W));
-        for (int64_t j = 0; j < l->kbp; j++) {
+        for (int64_t j = 0; j < c->w->kb; j++) { /* padded blocks (j >= kb) add only zeros */
             const int64_t sbo = (j / SB_BLOCKS) * SB_BYTES, i = j % SB_BLOCKS;
-            __m256i sw[ITEM_TILES];
+            __m256i sw[ITEM_TILES], sw127[ITEM_TILES];
             for (int t = 0; t < nt; t++) {
                 const uint8_t *tile = l->codes + (t0 + t) * l->tile_bytes + sbo;
                 for (int q = 0; q < 4; q++) /* the same block one super-block ahead */
@@ -270,6 +272,7 @@ static void gemm_item(const avx2_gemm_job *g, int64_t t0, int nt, float *run, fl
                 for (int k = 0; k < QK_MX_BLOCK; k++)
                     _mm256_store_ps(panel + (t * QK_MX_BLOCK + k) * TILE, dec8(tile + 32 + i * 256 + 8 * k, mask));
                 sw[t] = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(tile + 8 * i)));
+                sw127[t] = _mm256_add_epi32(sw[t], _mm256_set1_epi32(127));
             }
             for (int64_t m0 = mc; m0 < me; m0 += MAX_M) {
                 const int mm = (int)(me - m0 < MAX_M ? me - m0 : MAX_M);
@@ -279,7 +282,7 @@ static void gemm_item(const avx2_gemm_job *g, int64_t t0, int nt, float *run, fl
                     const int tt = nt - tp < 3 ? nt - tp : 3;
 #define GM(MMv, TTv)                                                                        \
     if (mm == MMv && tt == TTv) {                                                           \
-        if (p2) gemm_micro(g, panel, sw, run, mc, m0, tp, j, MMv, TTv, 1);                  \
+        if (p2) gemm_micro(g, panel, sw127, run, mc, m0, tp, j, MMv, TTv, 1);               \
         else gemm_micro(g, panel, sw, run, mc, m0, tp, j, MMv, TTv, 0);                     \
         continue;                                                                           \
     }
