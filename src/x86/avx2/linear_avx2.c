@@ -234,6 +234,7 @@ INLINE void gemm_micro(const avx2_gemm_job *g, const float *panel, const __m256i
     for (int m = 0; m < MM; m++)
         for (int t = 0; t < TT; t++) acc[m][t] = _mm256_setzero_ps();
     const float *xj = g->xp + (m0 / MAX_M) * g->kp * MAX_M + j * QK_MX_BLOCK * MAX_M;
+#pragma GCC unroll 4
     for (int k = 0; k < QK_MX_BLOCK; k++) {
         __m256 wv[3];
         for (int t = 0; t < TT; t++) wv[t] = _mm256_load_ps(panel + ((tp + t) * QK_MX_BLOCK + k) * TILE);
