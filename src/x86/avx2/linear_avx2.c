@@ -166,6 +166,7 @@ INLINE void avx2_tiles(const avx2_job *g, int64_t t0, const int MM, const int TT
             for (int t = 0; t < TT; t++) acc[m][t] = _mm256_setzero_ps();
         const float *xj[MAX_M];
         for (int m = 0; m < MM; m++) xj[m] = g->xt + (g->m0 + m) * g->kp + j * QK_MX_BLOCK;
+#pragma GCC unroll 2
         for (int k = 0; k < QK_MX_BLOCK; k++) {
             __m256 wv[MAX_TT];
             for (int t = 0; t < TT; t++) wv[t] = dec8(tile[t] + sbo + 32 + i * 256 + 8 * k, mask);
