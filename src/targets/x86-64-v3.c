@@ -26,7 +26,7 @@ const qk_target_table qk_target_table_built = {
         .mx_quantize = {"avx2", qk_mx_quantize_row_avx2},
         .mx_dequantize = {"avx2", qk_mx_dequantize_row_avx2},
         .mx_pack_scale_pairs = "ref",
-        .mxfp8_linear = &qk_linear_avx2,    /* avx2 f32 FMA: 14-23x ref at M = 1 (0.81-0.98 of read
+        .mxfp8_linear = &qk_linear_avx2,    /* avx2 f32 FMA: 10-28x ref at M = 1 (0.81-0.98 of read
                                                bandwidth), 0.40-0.64 of the f32 FMA peak (182 GFLOP/s)
                                                at M >= 128 (qk bench linear, Zen 3, 93b8d47) */
     },
