@@ -12,11 +12,12 @@
  * (one f32 multiply when every 2^e of the row is a normal f32, checked per row of x against
  * the weight's scale-byte range; in double otherwise: the same bits), and added to a running
  * sum flushed into the total every 16 blocks: summation depth below 32 + 16 + kb/16, inside
- * mxfp8.md's 2^-16 bound. M <= 4: the rows in one pass over the weight, decoding as it goes
- * (4 tiles per pass for M <= 2, 2 otherwise). M > 4: each block of a work item's 8 tiles is decoded
- * once into f32 panels and used by every row (4 rows x 3 tiles per register tile, x packed
- * k-major per 4 rows), with the same per-block sums and scalings in the same order, so a row's
- * outputs depend neither on M nor on the thread split. */
+ * mxfp8.md's 2^-16 bound; padded blocks are not run. M <= 4: the rows in one pass over the
+ * weight, decoding as it goes (4 tiles per pass for M <= 2, 2 otherwise). M > 4: each block
+ * of a work item's 8 tiles is decoded once into f32 panels and used by every row (4 rows x 3
+ * tiles per register tile, x packed k-major per 4 rows), with the same per-block sums and
+ * scalings in the same order, so a row's outputs depend neither on M nor on the thread
+ * split. */
 #include "internal.h"
 #include "ref/linear_ref.h"
 #include "ref/mx_ref.h"
