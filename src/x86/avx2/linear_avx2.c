@@ -122,6 +122,11 @@ INLINE __m256 scale_block_pow2(__m256 b, __m256i e127)
 {
     return _mm256_mul_ps(b, _mm256_castsi256_ps(_mm256_slli_epi32(e127, 23)));
 }
+/* e: e + 127 when pow2 (a compile-time constant at every call) */
+INLINE __m256 scale_block_by(__m256 b, __m256i e, const int pow2)
+{
+    return pow2 ? scale_block_pow2(b, e) : scale_block(b, e);
+}
 
 typedef struct avx2_job {
     const qk_linear_call *c;
@@ -181,8 +186,7 @@ INLINE void avx2_tiles(const avx2_job *g, int64_t t0, const int MM, const int TT
             if (pow2) sw = _mm256_add_epi32(sw, _mm256_set1_epi32(127));
             for (int m = 0; m < MM; m++) {
                 __m256i e = _mm256_add_epi32(sw, _mm256_set1_epi32(g->ex[(g->m0 + m) * l->kbp + j]));
-                __m256 r = _mm256_add_ps(_mm256_loadu_ps(run[m][t]), pow2 ? scale_block_pow2(acc[m][t], e)
-                                                                           : scale_block(acc[m][t], e));
+                __m256 r = _mm256_add_ps(_mm256_loadu_ps(run[m][t]), scale_block_by(acc[m][t], e, pow2));
                 _mm256_storeu_ps(run[m][t], r);
             }
         }
@@ -249,8 +253,7 @@ INLINE void gemm_micro(const avx2_gemm_job *g, const float *panel, const __m256i
         for (int m = 0; m < MM; m++) {
             __m256i e = _mm256_add_epi32(sw[tp + t], _mm256_set1_epi32(g->ex[(m0 + m) * kbp + j]));
             float *r = run + (m0 - mc + m) * W + (tp + t) * TILE;
-            _mm256_storeu_ps(r, _mm256_add_ps(_mm256_loadu_ps(r), pow2 ? scale_block_pow2(acc[m][t], e)
-                                                                       : scale_block(acc[m][t], e)));
+            _mm256_storeu_ps(r, _mm256_add_ps(_mm256_loadu_ps(r), scale_block_by(acc[m][t], e, pow2)));
         }
 }
 
