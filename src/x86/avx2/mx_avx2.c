@@ -41,6 +41,12 @@ AI int32_t bf16_k7(int b, const int e5, const int away)
 {
     return (BIAS8(e5) - b) * 128 + BF16_K0(e5, away);
 }
+/* the same for the 8 scale bytes of a group, in 32-bit lanes */
+AI __m256i bf16_k7_8(__m256i b, const int e5, const int away)
+{
+    return _mm256_add_epi32(_mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(BIAS8(e5)), b), 7),
+                            _mm256_set1_epi32(BF16_K0(e5, away)));
+}
 
 /* 16 elements -> 16 signed codes without sign or saturation (negative: rounds to 0) and, in
    *u, a value that is below bf16_left_limit exactly in the lanes of the subnormal range, ap
@@ -315,13 +321,13 @@ AI void quantize_row(const void *x, const qk_dtype xdt, int64_t K, const qk_mx_o
         const __m128i b16 = _mm_packus_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
         _mm_storel_epi64((__m128i *)(scale + j), _mm_packus_epi16(b16, b16)); /* the 8 scale bytes */
         if (__builtin_expect(_mm256_testz_si256(special, special), 1)) {
-            const __m256i k = _mm256_sub_epi32(_mm256_set1_epi32(BIAS8(e5)), b);
             if (xdt == QK_DTYPE_BF16)
-                group_fast_bf16(xc + (size_t)(64 * j), _mm256_add_epi32(_mm256_slli_epi32(k, 7),
-                                _mm256_set1_epi32(BF16_K0(e5, away))), bs, o, q + 32 * j, e5, away);
+                group_fast_bf16(xc + (size_t)(32 * j) * es, bf16_k7_8(b, e5, away), bs, o, q + 32 * j,
+                                e5, away);
             else
-                group_fast_32(xc + (size_t)(32 * j) * es, xdt, _mm256_slli_epi32(k, 23), bs, o,
-                              q + 32 * j, e5, away);
+                group_fast_32(xc + (size_t)(32 * j) * es, xdt,
+                              _mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(BIAS8(e5)), b), 23),
+                              bs, o, q + 32 * j, e5, away);
         } else {
             for (int t = 0; t < 8; t++)
                 quantize_block(xc + (size_t)(32 * (j + t)) * es, xdt, bs[t], o, q + 32 * (j + t), e5, away);
