@@ -41,6 +41,7 @@
 typedef struct avx2_layout {
     int64_t tiles, kbp, tile_bytes;
     int sw_lo, sw_hi;   /* range of the real blocks' scale bytes */
+    float xdec[256];    /* E4M3 code -> dec(code)·2^X_EXP, x's decode (made once, here) */
     uint8_t *codes;     /* [tiles][kbp / 4] super-blocks */
 } avx2_layout;
 
@@ -62,6 +63,7 @@ static qk_status avx2_prepare(qk_mx_weight *w, const uint8_t *q, int64_t qs, con
     memset(l->codes, 0, cb);
     l->sw_lo = 255;
     l->sw_hi = 0;
+    for (int i = 0; i < 256; i++) l->xdec[i] = ldexpf(qk_e4m3_to_f32((uint8_t)i), X_EXP);
     for (int64_t n = 0; n < N; n++) {
         uint8_t *tile = l->codes + (n / TILE) * l->tile_bytes;
         const int64_t r = n % TILE;
@@ -383,19 +385,18 @@ static qk_status avx2_run(const qk_linear_call *c)
         if (gemm_threads > nitems) gemm_threads = nitems;
     }
     float *xt = (float *)qk_linear_alloc((size_t)((gemm ? groups * MAX_M : c->M) * kp) * sizeof(float));
-    int32_t *ex = (int32_t *)qk_linear_alloc((size_t)(c->M * l->kbp) * sizeof(int32_t));
-    uint8_t *pow2 = (uint8_t *)qk_linear_alloc((size_t)c->M);
+    /* ex, then the rows' pow2 flags, in one allocation */
+    int32_t *ex = (int32_t *)qk_linear_alloc((size_t)(c->M * l->kbp) * sizeof(int32_t) + (size_t)c->M);
     float *bufs = gemm ? (float *)qk_linear_alloc((size_t)(gemm_threads * buf_floats) * sizeof(float)) : NULL;
-    if (!xt || !ex || !pow2 || (gemm && !bufs)) {
+    if (!xt || !ex || (gemm && !bufs)) {
         qk_linear_free(xt);
         qk_linear_free(ex);
-        qk_linear_free(pow2);
         qk_linear_free(bufs);
         qk_linear_act_free(&a);
         return QK_ERR_NOMEM;
     }
-    float tab[256];
-    for (int i = 0; i < 256; i++) tab[i] = ldexpf(qk_e4m3_to_f32((uint8_t)i), X_EXP);
+    uint8_t *pow2 = (uint8_t *)(ex + c->M * l->kbp);
+    const float *tab = l->xdec;
     for (int64_t m = 0; m < c->M; m++) {
         const uint8_t *q = a.q + m * a.qstride, *s = a.scale + m * a.sstride;
         if (gemm) {
@@ -436,7 +437,6 @@ static qk_status avx2_run(const qk_linear_call *c)
     }
     qk_linear_free(xt);
     qk_linear_free(ex);
-    qk_linear_free(pow2);
     qk_linear_free(bufs);
     qk_linear_act_free(&a);
     return QK_OK;
