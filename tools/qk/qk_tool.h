@@ -3,7 +3,10 @@
 #ifndef QK_TOOL_H
 #define QK_TOOL_H
 
+#include <stdio.h>
+
 int qk_cmd_info(int argc, char **argv);
+void qk_info_print(FILE *f);              /* what `qk info` prints (also python -m qkern info) */
 int qk_cmd_bench(int argc, char **argv);   /* bench norm|linear|quant|all */
 int qk_cmd_inspect(int argc, char **argv);  /* inspect PATH [--json] (cmd_inspect.c) */
 int qk_cmd_quantize(int argc, char **argv); /* quantize IN OUT_DIR (cmd_quantize.c) */
