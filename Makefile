@@ -10,10 +10,12 @@ TARGET ?= native
 PREFIX ?= /usr/local
 TEST_TARGETS := generic x86-64-v3 x86-64-v4
 TEST_COMPILERS := gcc clang
-APT_PACKAGES := cmake make gcc clang libomp-dev libclang-rt-dev pkg-config libjansson-dev python3 python3-pip
-PIP_PACKAGES := numpy ml_dtypes safetensors pytest
+APT_PACKAGES := cmake make gcc clang libomp-dev libclang-rt-dev pkg-config libjansson-dev python3 python3-pip python3-venv python3-dev
+# torch from PyPI (with its CUDA libraries) installs in about 2 minutes on a fresh machine
+PIP_PACKAGES := numpy ml_dtypes safetensors pytest torch scikit-build-core
+PYVENV := build/pyvenv
 
-.PHONY: all build demo test deps pydeps install fuzz bench bench-deps clean
+.PHONY: all build demo test deps pydeps pyinstall install fuzz bench bench-deps clean
 
 all: build
 
@@ -29,7 +31,7 @@ deps:
 	fi
 
 pydeps: deps
-	@python3 -c "import numpy, ml_dtypes, safetensors, pytest" 2>/dev/null || \
+	@python3 -c "import numpy, ml_dtypes, safetensors, pytest, torch, scikit_build_core" 2>/dev/null || \
 	  python3 -m pip install -q $(PIP_PACKAGES) || \
 	  python3 -m pip install -q --break-system-packages $(PIP_PACKAGES)
 
@@ -55,8 +57,15 @@ test: pydeps
 	$(MAKE) build
 	ctest --test-dir build --output-on-failure -j $(JOBS)
 	tests/install/check_install.sh build
-	QK_BUILD=$(CURDIR)/build python3 -m pytest -q tests/python
+	$(MAKE) pyinstall
+	QK_BUILD=$(CURDIR)/build QK_REQUIRE_PACKAGE=1 $(PYVENV)/bin/python -m pytest -q tests/python
 	@echo "make test: all configurations passed"
+
+# ---- the Python package, installed the way a user does (pip install .) into a venv that
+#      sees the system's numpy/torch ----
+pyinstall: pydeps
+	python3 -m venv --system-site-packages $(PYVENV)
+	$(PYVENV)/bin/python -m pip install -q --disable-pip-version-check .
 
 install: build
 	cmake --install build --prefix $(PREFIX)

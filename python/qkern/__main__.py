@@ -1,5 +1,6 @@
 """python -m qkern info: what `qk info` prints (the build, its op -> provider table and
-the serving layer's backend registry)."""
+the serving layer's backend registry). python -m qkern bench: the per-call overhead of the
+binding against the C call, with torch's and the engines' ops beside it."""
 import sys
 
 from . import _qkern
@@ -10,7 +11,10 @@ def main(argv=None):
     if argv in ([], ["info"]):
         sys.stdout.write(_qkern.info())
         return 0
-    sys.stderr.write("usage: python -m qkern info\n")
+    if argv[:1] == ["bench"]:
+        from . import _bench
+        return _bench.main(argv[1:])
+    sys.stderr.write("usage: python -m qkern info | bench [--number N] [--repeat R]\n")
     return 2
 
 

@@ -1697,6 +1697,62 @@ static PyObject *py_unload_provider(PyObject *self, PyObject *unused)
 }
 
 /* ======================================================================================
+ * Bench support: the C call alone, timed in C on the same tensors (python -m qkern bench
+ * subtracts it from the Python call to report the binding's own cost)
+ * ====================================================================================== */
+
+#include <time.h>
+
+static double now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+/* _time_c_call(op, n, x, weight_or_MXFP8Weight, out) -> ns per call of the serving layer's
+ * call that the Python op makes (op: "gemma_rms_norm" or "mxfp8_linear"). */
+static PyObject *py_time_c_call(PyObject *self, PyObject *args)
+{
+    (void)self;
+    const char *op;
+    long long n;
+    PyObject *xo, *wo, *oo;
+    if (!PyArg_ParseTuple(args, "sLOOO:_time_c_call", &op, &n, &xo, &wo, &oo)) return NULL;
+    const int lin = !strcmp(op, "mxfp8_linear");
+    if (!lin && strcmp(op, "gemma_rms_norm"))
+        return raise_arg(QK_ERR_INVALID_ARGUMENT, "_time_c_call", "op must be gemma_rms_norm or "
+                         "mxfp8_linear");
+    if (lin && PyObject_IsInstance(wo, weight_type) != 1) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_TypeError, "_time_c_call: mxfp8_linear needs an MXFP8Weight");
+        return NULL;
+    }
+    arg_tensor a[3];
+    memset(a, 0, sizeof a);
+    if (to_tensor("_time_c_call", "x", xo, 0, &a[0]) < 0
+        || (!lin && to_tensor("_time_c_call", "weight", wo, 0, &a[1]) < 0)
+        || to_tensor("_time_c_call", "out", oo, 1, &a[2]) < 0) {
+        args_release(a, 3);
+        return NULL;
+    }
+    const qk_serve_weight *w = lin ? ((weight_obj *)wo)->w : NULL;
+    qk_status st = QK_OK;
+    double t0 = 0, t1 = 0;
+    Py_BEGIN_ALLOW_THREADS
+    t0 = now_ns();
+    for (long long i = 0; i < n && st == QK_OK; i++)
+        st = lin ? qk_serve_mxfp8_linear(QK_BACKEND_DEFAULT, &a[0].t, w, NULL, &a[2].t)
+                 : qk_serve_gemma_rms_norm(QK_BACKEND_DEFAULT, &a[0].t, &a[1].t, 1e-6f, &a[2].t,
+                                           NULL);
+    t1 = now_ns();
+    Py_END_ALLOW_THREADS
+    args_release(a, 3);
+    if (st != QK_OK) return raise_status(st);
+    return PyFloat_FromDouble(n > 0 ? (t1 - t0) / (double)n : 0.0);
+}
+
+/* ======================================================================================
  * The module
  * ====================================================================================== */
 
@@ -1757,6 +1813,8 @@ static PyMethodDef methods[] = {
     {"load_provider", py_load_provider, METH_O,
      "load_provider(path): load a qkern provider library by explicit path."},
     {"unload_provider", py_unload_provider, METH_NOARGS, "unload_provider()"},
+    {"_time_c_call", py_time_c_call, METH_VARARGS,
+     "_time_c_call(op, n, x, weight, out) -> ns per C call (python -m qkern bench)"},
     {NULL, NULL, 0, NULL},
 };
 
