@@ -384,9 +384,17 @@ def test_mx_nan_block_and_options():
     q, s = qkern.mx_quantize(x)
     assert s.view(np.uint8).tolist() == [[127 - 8, 0xFF]]
     assert (q.view(np.uint8)[0, 32:] == 0x7F).all()
-    q5, _ = qkern.mx_quantize(np.full((1, 32), 3.0, np.float32), elem="e5m2")
-    assert q5.dtype == ml_dtypes.float8_e5m2
-    assert (q5.astype(np.float32) * 2.0 ** (127 - 127) != 0).all()
+    # E5M2: amax 3 -> e = floor(log2 3) - 15 = -14, elements 3 * 2^14
+    q5, s5 = qkern.mx_quantize(np.full((1, 32), 3.0, np.float32), elem="e5m2")
+    assert q5.dtype == ml_dtypes.float8_e5m2 and s5.view(np.uint8).tolist() == [[127 - 14]]
+    want = np.full(32, 3.0 * 2 ** 14, np.float32).astype(ml_dtypes.float8_e5m2).view(np.uint8)
+    assert np.array_equal(q5.view(np.uint8)[0], want)
+    # RCEIL: the smallest scale with 2^e >= amax / 448; ties away
+    _, sr = qkern.mx_quantize(np.full((1, 32), 448.0 * 3, np.float32), scale_rule="rceil")
+    assert sr.view(np.uint8).tolist() == [[127 + 2]]
+    qa, _ = qkern.mx_quantize(np.array([[1.0625] + [1.0] * 31], np.float32), round="away")
+    qe, _ = qkern.mx_quantize(np.array([[1.0625] + [1.0] * 31], np.float32), round="even")
+    assert qa.view(np.uint8)[0, 0] == qe.view(np.uint8)[0, 0] + 1  # a tie at 1 + 2^-4
 
 
 # ---------------------------------------------------------------- the MXFP8 linear
