@@ -50,6 +50,9 @@ def run(number=20000, repeat=7, shapes=((1, 1024), (16, 5120))):
             ("qkern.gemma_rms_norm(x, w, eps, out) numpy f32", _best(lambda: g(xf, wf, 1e-6, outf), number, repeat), c_f32),
         ]
         w1 = (1.0 + w.float()).to(torch.bfloat16)
+        sum_out = torch.empty_like(x)
+        cases.append(("peer: torch.add(x, w, out=) (a native op's dispatch)", _best(
+            lambda: torch.add(x, w, out=sum_out), number, repeat), None))
         cases.append(("peer: torch F.rms_norm(x, (h,), 1 + w)", _best(
             lambda: torch.nn.functional.rms_norm(x, (h,), w1, 1e-6), number // 4, repeat), None))
 

@@ -140,6 +140,7 @@ static int parse_backend(const char *fn, PyObject *o, qk_backend *b)
 enum { FW_OTHER = 0, FW_NUMPY = 1, FW_TORCH = 2 };
 
 static PyObject *kind_cache;        /* {type: int} */
+static PyObject *s_dtype, *s_name, *s_view; /* interned attribute names */
 static PyObject *torch_to_dlpack;   /* torch._C._to_dlpack */
 static PyObject *torch_from_dlpack; /* torch._C._from_dlpack */
 
@@ -465,18 +466,26 @@ static PyObject *ml_cache; /* {numpy dtype: int} */
 
 static qk_dtype numpy_ml_dtype(PyObject *obj)
 {
-    PyObject *dt = PyObject_GetAttrString(obj, "dtype");
+    PyObject *dt = PyObject_GetAttr(obj, s_dtype);
     if (!dt) {
         PyErr_Clear();
         return QK_DTYPE_INVALID;
     }
+    /* numpy's dtype objects of the usual types are singletons: compare pointers first */
+    static struct { PyObject *dt; qk_dtype q; } seen[16];
+    static int nseen;
+    for (int i = 0; i < nseen; i++)
+        if (seen[i].dt == dt) {
+            Py_DECREF(dt);
+            return seen[i].q;
+        }
     PyObject *hit = PyDict_GetItemWithError(ml_cache, dt);
     if (hit) {
         Py_DECREF(dt);
         return (qk_dtype)PyLong_AsLong(hit);
     }
     PyErr_Clear();
-    PyObject *nm = PyObject_GetAttrString(dt, "name");
+    PyObject *nm = PyObject_GetAttr(dt, s_name);
     qk_dtype r = QK_DTYPE_INVALID;
     if (nm && PyUnicode_Check(nm)) {
         r = PyUnicode_CompareWithASCIIString(nm, "bfloat16") == 0 ? QK_DTYPE_BF16
@@ -489,7 +498,13 @@ static qk_dtype numpy_ml_dtype(PyObject *obj)
     PyObject *v = PyLong_FromLong(r);
     if (!v || PyDict_SetItem(ml_cache, dt, v) < 0) PyErr_Clear();
     Py_XDECREF(v);
-    Py_DECREF(dt);
+    if (nseen < 16) {
+        seen[nseen].dt = dt; /* keeps the reference: the pointer stays this dtype's */
+        seen[nseen++].q = r;
+    } else {
+        Py_DECREF(dt);
+    }
+    PyErr_Clear();
     return r;
 }
 
@@ -528,7 +543,7 @@ static int to_tensor(const char *fn, const char *name, PyObject *obj, int writab
         qk_dtype mdt = numpy_ml_dtype(obj);
         if (mdt != QK_DTYPE_INVALID) {
             PyObject *store = numpy_storage_dtype(mdt == QK_DTYPE_BF16 ? 2 : 1);
-            PyObject *bytes = store ? PyObject_CallMethod(obj, "view", "O", store) : NULL;
+            PyObject *bytes = store ? PyObject_CallMethodObjArgs(obj, s_view, store, NULL) : NULL;
             if (!bytes) return -1;
             a->obj = bytes;
             int rc = fill_from_buffer(fn, name, writable, a, mdt);
@@ -736,7 +751,7 @@ static int alloc_out(const char *fn, const char *name, const arg_tensor *like, q
         a->t.shape[ndim - 1] = shape[ndim - 1];
         for (int d = 0; d < ndim; d++) a->t.stride[d] = stride[d];
         if (np_view[dt]) {
-            PyObject *v = PyObject_CallMethod(arr, "view", "O", np_view[dt]);
+            PyObject *v = PyObject_CallMethodObjArgs(arr, s_view, np_view[dt], NULL);
             Py_DECREF(arr);
             if (!v) {
                 arg_release(a);
@@ -789,6 +804,33 @@ static int out_tensor(const char *fn, const char *name, PyObject *given, const a
  * The RMSNorm family
  * ====================================================================================== */
 
+/* The GIL is released around a kernel that moves at least this many bytes of x; below it
+ * the release and re-acquire (~100 ns) would cost more than other threads gain. */
+#define QKPY_GIL_BYTES ((int64_t)64 << 10)
+
+static int big_call(const qk_tensor *x)
+{
+    int64_t n = (int64_t)qk_dtype_size(x->dtype);
+    for (int d = 0; d < x->ndim && d < QK_MAX_DIMS; d++) {
+        if (x->shape[d] <= 0) return 0;
+        if (n > QKPY_GIL_BYTES) return 1;
+        n *= x->shape[d];
+    }
+    return n >= QKPY_GIL_BYTES;
+}
+
+/* stmt with the GIL released when `release` holds */
+#define QKPY_CALL(release, stmt)                                                                \
+    do {                                                                                        \
+        if (release) {                                                                          \
+            Py_BEGIN_ALLOW_THREADS                                                              \
+            stmt;                                                                               \
+            Py_END_ALLOW_THREADS                                                                \
+        } else {                                                                                \
+            stmt;                                                                               \
+        }                                                                                       \
+    } while (0)
+
 enum { NK_RMS, NK_GEMMA };
 
 static PyObject *norm_call(const char *fn, int kind, int with_rstd, int npu_rstd,
@@ -827,12 +869,9 @@ static PyObject *norm_call(const char *fn, int kind, int with_rstd, int npu_rstd
         rt.ndim = nd;
     }
     qk_status st;
-    Py_BEGIN_ALLOW_THREADS
-    if (kind == NK_GEMMA)
-        st = qk_serve_gemma_rms_norm(be, &a[0].t, &a[1].t, eps, &a[2].t, with_rstd ? &rt : NULL);
-    else
-        st = qk_serve_rms_norm(be, &a[0].t, &a[1].t, eps, &a[2].t, with_rstd ? &rt : NULL);
-    Py_END_ALLOW_THREADS
+    QKPY_CALL(big_call(&a[0].t),
+              st = (kind == NK_GEMMA ? qk_serve_gemma_rms_norm : qk_serve_rms_norm)(
+                  be, &a[0].t, &a[1].t, eps, &a[2].t, with_rstd ? &rt : NULL));
     if (st != QK_OK) {
         raise_status(st);
         goto done;
@@ -899,12 +938,9 @@ static PyObject *add_norm_call(const char *fn, int kind, int inplace, PyObject *
         rt = &a[4].t;
     }
     qk_status st;
-    Py_BEGIN_ALLOW_THREADS
-    if (kind == NK_GEMMA)
-        st = qk_serve_add_gemma_rms_norm(be, &a[0].t, &a[2].t, &a[1].t, eps, ot, rt);
-    else
-        st = qk_serve_add_rms_norm(be, &a[0].t, &a[2].t, &a[1].t, eps, ot, rt);
-    Py_END_ALLOW_THREADS
+    QKPY_CALL(big_call(&a[0].t),
+              st = (kind == NK_GEMMA ? qk_serve_add_gemma_rms_norm : qk_serve_add_rms_norm)(
+                  be, &a[0].t, &a[2].t, &a[1].t, eps, ot, rt));
     if (st != QK_OK) {
         raise_status(st);
         goto done;
@@ -953,9 +989,8 @@ static PyObject *py_rms_norm_gated(PyObject *self, PyObject *const *args, Py_ssi
         || out_tensor(fn, "out", v[4], &a[0], a[0].t.dtype, a[0].t.ndim, a[0].t.shape, &a[3], &out) < 0)
         goto fail;
     qk_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = qk_serve_rms_norm_gated(be, &a[0].t, &a[1].t, &a[2].t, eps, &a[3].t);
-    Py_END_ALLOW_THREADS
+    QKPY_CALL(big_call(&a[0].t),
+              st = qk_serve_rms_norm_gated(be, &a[0].t, &a[1].t, &a[2].t, eps, &a[3].t));
     if (st != QK_OK) {
         raise_status(st);
         goto fail;
@@ -1042,9 +1077,7 @@ static PyObject *py_mx_quantize(PyObject *self, PyObject *const *args, Py_ssize_
     bytes_as(&a[1], o.elem);
     bytes_as(&a[2], QK_DTYPE_E8M0);
     qk_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = qk_serve_mxfp8_quantize(be, &a[0].t, &o, &a[1].t, &a[2].t);
-    Py_END_ALLOW_THREADS
+    QKPY_CALL(big_call(&a[0].t), st = qk_serve_mxfp8_quantize(be, &a[0].t, &o, &a[1].t, &a[2].t));
     if (st != QK_OK) {
         raise_status(st);
         goto done;
@@ -1108,9 +1141,7 @@ static PyObject *py_mx_dequantize(PyObject *self, PyObject *const *args, Py_ssiz
     bytes_as(&a[1], QK_DTYPE_E8M0);
     if (out_tensor(fn, "out", v[3], &a[0], dt, a[0].t.ndim, a[0].t.shape, &a[2], &out) < 0) goto fail;
     qk_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = qk_mx_dequantize(&a[0].t, &a[1].t, &a[2].t);
-    Py_END_ALLOW_THREADS
+    QKPY_CALL(big_call(&a[0].t), st = qk_mx_dequantize(&a[0].t, &a[1].t, &a[2].t));
     if (st != QK_OK) {
         raise_status(st);
         goto fail;
@@ -1845,6 +1876,10 @@ PyMODINIT_FUNC PyInit__qkern(void)
     if (!m) return NULL;
     kind_cache = PyDict_New();
     ml_cache = PyDict_New();
+    s_dtype = PyUnicode_InternFromString("dtype");
+    s_name = PyUnicode_InternFromString("name");
+    s_view = PyUnicode_InternFromString("view");
+    if (!s_dtype || !s_name || !s_view) goto fail;
     weight_type = PyType_FromSpec(&weight_spec);
     layer_type = PyType_FromSpec(&layer_spec);
     if (!kind_cache || !ml_cache || !weight_type || !layer_type
