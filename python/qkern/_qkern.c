@@ -12,6 +12,7 @@
 #define Py_LIMITED_API 0x030B0000
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 
 #include "_dlpack.h"
 #include "qk_tool.h"
@@ -1260,18 +1261,6 @@ static PyObject *mask_names(unsigned mask)
     return l;
 }
 
-static PyObject *weight_get_n(PyObject *o, void *c)
-{
-    (void)c;
-    return PyLong_FromLongLong(((weight_obj *)o)->n);
-}
-
-static PyObject *weight_get_k(PyObject *o, void *c)
-{
-    (void)c;
-    return PyLong_FromLongLong(((weight_obj *)o)->k);
-}
-
 static PyObject *weight_get_backends(PyObject *o, void *c)
 {
     (void)c;
@@ -1285,11 +1274,15 @@ static PyObject *weight_repr(PyObject *o)
                                 (long long)w->k);
 }
 
+static PyMemberDef weight_members[] = {
+    {"n", T_LONGLONG, offsetof(weight_obj, n), READONLY, "output features N (rows of the weight)"},
+    {"k", T_LONGLONG, offsetof(weight_obj, k), READONLY, "input features K"},
+    {"out_features", T_LONGLONG, offsetof(weight_obj, n), READONLY, "N"},
+    {"in_features", T_LONGLONG, offsetof(weight_obj, k), READONLY, "K"},
+    {NULL, 0, 0, 0, NULL},
+};
+
 static PyGetSetDef weight_getset[] = {
-    {"n", weight_get_n, NULL, "output features N (rows of the weight)", NULL},
-    {"k", weight_get_k, NULL, "input features K", NULL},
-    {"out_features", weight_get_n, NULL, "N", NULL},
-    {"in_features", weight_get_k, NULL, "K", NULL},
     {"backends", weight_get_backends, NULL, "the backends the weight is prepared for", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
@@ -1298,6 +1291,7 @@ static PyType_Slot weight_slots[] = {
     {Py_tp_new, weight_new},
     {Py_tp_dealloc, weight_dealloc},
     {Py_tp_getset, weight_getset},
+    {Py_tp_members, weight_members},
     {Py_tp_repr, weight_repr},
     {Py_tp_doc, "MXFP8Weight(q, scale, *, backends=None)\n\n"
                 "An MXFP8 (E4M3 + E8M0 per 32 along K) weight prepared once for the linear: q "
@@ -1319,7 +1313,7 @@ typedef struct {
     PyObject_HEAD
     qk_mxfp8_linear_layer *l;
     int64_t n, k;
-    int has_bias;
+    char has_bias;
 } layer_obj;
 
 static PyObject *layer_type;
@@ -1415,21 +1409,6 @@ static PyObject *layer_get_prefix(PyObject *o, void *c)
     (void)c;
     return PyUnicode_FromString(qk_mxfp8_linear_layer_prefix(((layer_obj *)o)->l));
 }
-static PyObject *layer_get_n(PyObject *o, void *c)
-{
-    (void)c;
-    return PyLong_FromLongLong(((layer_obj *)o)->n);
-}
-static PyObject *layer_get_k(PyObject *o, void *c)
-{
-    (void)c;
-    return PyLong_FromLongLong(((layer_obj *)o)->k);
-}
-static PyObject *layer_get_bias(PyObject *o, void *c)
-{
-    (void)c;
-    return PyBool_FromLong(((layer_obj *)o)->has_bias);
-}
 static PyObject *layer_get_backends(PyObject *o, void *c)
 {
     (void)c;
@@ -1453,14 +1432,20 @@ static PyMethodDef layer_methods[] = {
 
 static PyGetSetDef layer_getset[] = {
     {"prefix", layer_get_prefix, NULL, "the checkpoint prefix (e.g. model.layers.0.mlp.down_proj)", NULL},
-    {"in_features", layer_get_k, NULL, "K", NULL},
-    {"out_features", layer_get_n, NULL, "N", NULL},
-    {"has_bias", layer_get_bias, NULL, "whether the checkpoint has <prefix>.bias", NULL},
     {"backends", layer_get_backends, NULL, "the backends the weight is prepared for", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
+static PyMemberDef layer_members[] = {
+    {"in_features", T_LONGLONG, offsetof(layer_obj, k), READONLY, "K"},
+    {"out_features", T_LONGLONG, offsetof(layer_obj, n), READONLY, "N"},
+    {"has_bias", T_BOOL, offsetof(layer_obj, has_bias), READONLY,
+     "whether the checkpoint has <prefix>.bias"},
+    {NULL, 0, 0, 0, NULL},
+};
+
 static PyType_Slot layer_slots[] = {
+    {Py_tp_members, layer_members},
     {Py_tp_dealloc, layer_dealloc},
     {Py_tp_methods, layer_methods},
     {Py_tp_getset, layer_getset},
