@@ -100,7 +100,12 @@ QK_API qk_status qk_rms_norm_gated  (const qk_tensor *x, const qk_tensor *weight
                                      const qk_tensor *gate, float eps, qk_tensor *out);
 
 /* ---- MXFP8 (semantics in mxfp8.md) ---- */
-typedef enum qk_mx_scale_rule { QK_MX_SCALE_FLOOR = 0, QK_MX_SCALE_RCEIL = 1 } qk_mx_scale_rule;
+/* MODELSLIM: what msModelSlim's exporter writes (mxfp8.md): FLOOR with log2(amax) rounded
+   to the input's dtype (BF16/F16; F32 input: FLOOR); a NaN/Inf block gets scale 0x00 and
+   elements 0xFF. */
+typedef enum qk_mx_scale_rule {
+    QK_MX_SCALE_FLOOR = 0, QK_MX_SCALE_RCEIL = 1, QK_MX_SCALE_MODELSLIM = 2
+} qk_mx_scale_rule;
 typedef enum qk_round { QK_ROUND_NEAREST_EVEN = 0, QK_ROUND_NEAREST_AWAY = 1 } qk_round;
 
 typedef struct qk_mx_options {

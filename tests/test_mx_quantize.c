@@ -99,14 +99,30 @@ static double t_out_load(const void *p, qk_dtype dt, int64_t i) { return t_load(
 
 static const float INV448 = 0x1.24924ap-9f; /* fl32(1/448), 0x3B124925 */
 
-static int t_scale(double amax, qk_mx_scale_rule rule, const fmt *f)
+/* v (a normal double) rounded to nearest-even with `bits` significant bits */
+static double t_round_bits(double v, int bits)
 {
-    if (isnan(amax) || isinf(amax)) return 0xff;
+    int e;
+    const double m = frexp(v, &e);
+    return ldexp(nearbyint(ldexp(m, bits)), e - bits);
+}
+
+/* xdt matters to MODELSLIM only: floor(log2(amax)) with log2 rounded to f32, then to xdt
+   (BF16: 8 significant bits, F16: 11); F32 input: FLOOR. */
+static int t_scale_x(double amax, qk_mx_scale_rule rule, const fmt *f, qk_dtype xdt)
+{
+    const int ms = rule == QK_MX_SCALE_MODELSLIM;
+    if (isnan(amax) || isinf(amax)) return ms ? 0x00 : 0xff;
     if (amax == 0) return 0;
     int e;
-    if (rule == QK_MX_SCALE_FLOOR) {
+    if (rule == QK_MX_SCALE_FLOOR || ms) {
         frexp(amax, &e); /* amax = m * 2^e, m in [0.5, 1) */
-        e = e - 1 - f->emax_elem;
+        e = e - 1;
+        if (ms && xdt != QK_DTYPE_F32) {
+            const double l = (double)(float)log2(amax);
+            e = (int)floor(l == 0 ? 0 : t_round_bits(l, xdt == QK_DTYPE_BF16 ? 8 : 11));
+        }
+        e = e - f->emax_elem;
         if (e < -127) e = -127;
         if (e > 127) e = 127;
         return e + 127;
@@ -116,6 +132,11 @@ static int t_scale(double amax, qk_mx_scale_rule rule, const fmt *f)
     for (int b = 0; b < 255; b++)
         if (ldexp(1.0, b - 127) >= d) return b;
     return 254;
+}
+
+static int t_scale(double amax, qk_mx_scale_rule rule, const fmt *f)
+{
+    return t_scale_x(amax, rule, f, QK_DTYPE_F32);
 }
 
 /* One row: expected q and scale. */
@@ -131,10 +152,11 @@ static void t_quantize_row(const void *x, qk_dtype xdt, int64_t K, const qk_mx_o
             if (isnan(a) || isinf(a)) amax = NAN;
             else if (!isnan(amax) && a > amax) amax = a;
         }
-        const int b = t_scale(amax, o->scale_rule, f);
+        const int b = t_scale_x(amax, o->scale_rule, f, xdt);
         scale[j] = (uint8_t)b;
+        const int nan_block = isnan(amax);
         for (int64_t i = 0; i < n; i++)
-            q[k0 + i] = b == 0xff ? 0x7f
+            q[k0 + i] = nan_block ? (o->scale_rule == QK_MX_SCALE_MODELSLIM ? 0xff : 0x7f)
                                   : (uint8_t)t_encode(f, ldexp(t_load(x, xdt, k0 + i), 127 - b), o->round);
     }
 }
@@ -235,20 +257,26 @@ static void fill_row(void *x, qk_dtype dt, int64_t K, int kind, const fmt *f, ui
 static const int64_t KS[] = {1, 5, 31, 32, 33, 63, 64, 65, 1152, 4303, 4304, 4305};
 enum { NKS = sizeof KS / sizeof KS[0] };
 
+/* rule: 0 FLOOR, 1 RCEIL, 2 MODELSLIM */
 static qk_mx_options make_opt(int elem, int rule, int round)
 {
     qk_mx_options o;
     o.elem = elem ? QK_DTYPE_F8_E5M2 : QK_DTYPE_F8_E4M3;
-    o.scale_rule = rule ? QK_MX_SCALE_RCEIL : QK_MX_SCALE_FLOOR;
+    o.scale_rule = rule == 2 ? QK_MX_SCALE_MODELSLIM : rule ? QK_MX_SCALE_RCEIL : QK_MX_SCALE_FLOOR;
     o.round = round ? QK_ROUND_NEAREST_AWAY : QK_ROUND_NEAREST_EVEN;
     return o;
 }
+
+/* every combination of element format, scale rule and rounding: 12 */
+enum { NOPTS = 12 };
+static qk_mx_options opt_at(int oi) { return make_opt(oi & 1, (oi >> 1) % 3, oi >= 6); }
 
 static const char *opt_str(const qk_mx_options *o)
 {
     static _Thread_local char buf[64];
     snprintf(buf, sizeof buf, "%s/%s/%s", qk_dtype_name(o->elem),
-             o->scale_rule ? "RCEIL" : "FLOOR", o->round ? "AWAY" : "EVEN");
+             o->scale_rule == QK_MX_SCALE_MODELSLIM ? "MODELSLIM"
+             : o->scale_rule ? "RCEIL" : "FLOOR", o->round ? "AWAY" : "EVEN");
     return buf;
 }
 
@@ -327,8 +355,8 @@ static void check_boundary_rows(qk_mx_quantize_row_fn fn, const char *who)
     static uint8_t q[K], s[NB], eq[K], es[NB];
     uint64_t st = 7;
     const float bases[4] = {1.0f, 448.0f, 512.0f, 57344.0f};
-    for (int oi = 0; oi < 8; oi++) {
-        const qk_mx_options o = make_opt(oi & 1, (oi >> 1) & 1, (oi >> 2) & 1);
+    for (int oi = 0; oi < NOPTS; oi++) {
+        const qk_mx_options o = opt_at(oi);
         const fmt *f = fmt_of(o.elem);
         for (int rep = 0; rep < 12; rep++) {
             for (int b = 0; b < NB; b++) {
@@ -474,8 +502,8 @@ static void test_quantize_matches_reference_all_options_partial_blocks(void)
         for (int xi = 0; xi < 3; xi++) {
             const qk_dtype xdt = XDTS[xi];
             const size_t es = qk_dtype_size(xdt);
-            for (int oi = 0; oi < 8; oi++) {
-                const qk_mx_options o = make_opt(oi & 1, (oi >> 1) & 1, (oi >> 2) & 1);
+            for (int oi = 0; oi < NOPTS; oi++) {
+                const qk_mx_options o = opt_at(oi);
                 const int kind = (int)((ki * 3 + xi + oi) % D_KINDS);
                 /* x rows are 2K apart: the gap holds huge values that must not reach any scale */
                 char *x = malloc((size_t)(rows * 2 * K) * es);
@@ -753,8 +781,8 @@ static void test_quantize_bad_inputs(void)
     expect("opt.elem F32", qk_mx_quantize(&x, &o, &q, &s), QK_ERR_INVALID_ARGUMENT, "opt->elem");
     FRESH(); o = qk_mx_options_default(); o.elem = (qk_dtype)99;
     expect("opt.elem 99", qk_mx_quantize(&x, &o, &q, &s), QK_ERR_INVALID_ARGUMENT, "opt->elem");
-    FRESH(); o = qk_mx_options_default(); o.scale_rule = (qk_mx_scale_rule)2;
-    expect("opt.scale_rule 2", qk_mx_quantize(&x, &o, &q, &s), QK_ERR_INVALID_ARGUMENT, "opt->scale_rule");
+    FRESH(); o = qk_mx_options_default(); o.scale_rule = (qk_mx_scale_rule)3;
+    expect("opt.scale_rule 3", qk_mx_quantize(&x, &o, &q, &s), QK_ERR_INVALID_ARGUMENT, "opt->scale_rule");
     FRESH(); o = qk_mx_options_default(); o.round = (qk_round)-1;
     expect("opt.round -1", qk_mx_quantize(&x, &o, &q, &s), QK_ERR_INVALID_ARGUMENT, "opt->round");
     FRESH(); x.dtype = QK_DTYPE_I32; expect("x I32", qk_mx_quantize(&x, NULL, &q, &s), QK_ERR_DTYPE, "x");
@@ -898,10 +926,10 @@ static void provider_quantize_body(const qk_provider_set *p)
     for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
         const int64_t K = Ks[ki], kb = (K + 31) / 32;
         for (int xi = 0; xi < 3; xi++)
-            for (int oi = 0; oi < 8; oi++)
+            for (int oi = 0; oi < NOPTS; oi++)
                 for (int kind = 0; kind < D_KINDS; kind++) {
                     if (K > 2000 && (kind + oi + xi) % 3) continue; /* keep ASan time down */
-                    const qk_mx_options o = make_opt(oi & 1, (oi >> 1) & 1, (oi >> 2) & 1);
+                    const qk_mx_options o = opt_at(oi);
                     const qk_dtype xdt = XDTS[xi];
                     fill_row(x, xdt, K, kind, fmt_of(o.elem), &st);
                     memset(q, 0xaa, (size_t)K + 64);

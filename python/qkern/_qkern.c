@@ -1035,14 +1035,14 @@ static int parse_mx_options(const char *fn, PyObject *elem, PyObject *rule, PyOb
 {
     static const char *const en[] = {"e4m3", "float8_e4m3fn", "e5m2", "float8_e5m2"};
     static const int ev[] = {QK_DTYPE_F8_E4M3, QK_DTYPE_F8_E4M3, QK_DTYPE_F8_E5M2, QK_DTYPE_F8_E5M2};
-    static const char *const rn[] = {"floor", "rceil"};
-    static const int rv[] = {QK_MX_SCALE_FLOOR, QK_MX_SCALE_RCEIL};
+    static const char *const rn[] = {"floor", "rceil", "modelslim"};
+    static const int rv[] = {QK_MX_SCALE_FLOOR, QK_MX_SCALE_RCEIL, QK_MX_SCALE_MODELSLIM};
     static const char *const on[] = {"even", "away"};
     static const int ov[] = {QK_ROUND_NEAREST_EVEN, QK_ROUND_NEAREST_AWAY};
     *o = qk_mx_options_default();
     int e = (int)o->elem, r = (int)o->scale_rule, d = (int)o->round;
     if (parse_choice(fn, "elem", elem, en, ev, 4, &e) < 0
-        || parse_choice(fn, "scale_rule", rule, rn, rv, 2, &r) < 0
+        || parse_choice(fn, "scale_rule", rule, rn, rv, 3, &r) < 0
         || parse_choice(fn, "round", rnd, on, ov, 2, &d) < 0)
         return -1;
     o->elem = (qk_dtype)e;
@@ -1799,7 +1799,8 @@ static PyMethodDef methods[] = {
     FAST(rms_norm_gated, "rms_norm_gated(x, weight, gate, eps=1e-6, out=None, *, backend=None) -> out\n\n"
                          "out = rms_norm(x) * weight * silu(gate) (Qwen3.5's Gated DeltaNet output "
                          "norm: normalise, then gate)."),
-    FAST(mx_quantize, "mx_quantize(x, *, elem='e4m3', scale_rule='floor', round='even', q=None, "
+    FAST(mx_quantize, "mx_quantize(x, *, elem='e4m3', scale_rule='floor' (or 'rceil', 'modelslim'), "
+                      "round='even', q=None, "
                       "scale=None, backend=None) -> (q, scale)\n\nMXFP8 block quantization along the "
                       "last dim: q has x's shape (float8_e4m3fn or float8_e5m2), scale [..., "
                       "ceil(K/32)] float8_e8m0fnu (a given uint8 scale is filled with the same bytes)."),

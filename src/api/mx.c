@@ -60,9 +60,10 @@ static qk_status check_options(const char *fn, const qk_mx_options *o)
         return qk_fail(QK_ERR_INVALID_ARGUMENT, "%s: opt->elem is %d (%s); expected "
                        "QK_DTYPE_F8_E4M3 or QK_DTYPE_F8_E5M2", fn, (int)o->elem,
                        qk_dtype_name(o->elem));
-    if ((unsigned)o->scale_rule > (unsigned)QK_MX_SCALE_RCEIL)
+    if ((unsigned)o->scale_rule > (unsigned)QK_MX_SCALE_MODELSLIM)
         return qk_fail(QK_ERR_INVALID_ARGUMENT, "%s: opt->scale_rule is %d; expected "
-                       "QK_MX_SCALE_FLOOR (0) or QK_MX_SCALE_RCEIL (1)", fn, (int)o->scale_rule);
+                       "QK_MX_SCALE_FLOOR (0), QK_MX_SCALE_RCEIL (1) or QK_MX_SCALE_MODELSLIM (2)",
+                       fn, (int)o->scale_rule);
     if ((unsigned)o->round > (unsigned)QK_ROUND_NEAREST_AWAY)
         return qk_fail(QK_ERR_INVALID_ARGUMENT, "%s: opt->round is %d; expected "
                        "QK_ROUND_NEAREST_EVEN (0) or QK_ROUND_NEAREST_AWAY (1)", fn, (int)o->round);

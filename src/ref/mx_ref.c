@@ -4,6 +4,7 @@
 #include "ref/mx_ref.h"
 
 #include <math.h>
+#include <pthread.h>
 
 static uint32_t f32_bits(float f)
 {
@@ -130,6 +131,75 @@ uint8_t qk_e8m0_scale(float amax, qk_mx_scale_rule rule, qk_dtype elem)
     return (uint8_t)(e + 127);
 }
 
+/* ---- MODELSLIM: log2(amax) rounded to the input's dtype ---- */
+
+/* v rounded to nearest-even with p fraction bits (a normal result; the log2 values here are
+   in [-150, 128] and at least 2^-11 away from 0 unless exactly 0) */
+static float round_fraction_bits(float v, int p)
+{
+    uint32_t u = f32_bits(v);
+    const uint32_t drop = 23u - (uint32_t)p, half = 1u << (drop - 1);
+    u += half - 1u + ((u >> drop) & 1u);
+    return bits_f32(u & ~((1u << drop) - 1u));
+}
+
+static uint32_t ms_thr[2][256];
+static pthread_once_t ms_once = PTHREAD_ONCE_INIT;
+
+/* floor(rnd_xdt(fl32(log2(a)))) > floor(log2(a)) for the positive finite f32 value a */
+static bool ms_bumps(float a, int p)
+{
+    const float l = (float)log2((double)a);
+    return floorf(round_fraction_bits(l, p)) > floorf(l);
+}
+
+static void ms_build(void)
+{
+    for (int d = 0; d < 2; d++)
+        for (int e = 0; e < 256; e++) ms_thr[d][e] = 0x7fffffffu; /* above every finite amax */
+    /* every positive finite BF16 (p = 7) and F16 (p = 10) value; rounding is monotonic, so
+       within a binade the values that bump form an upper interval: keep its least */
+    for (uint32_t h = 1; h < 0x7f80u; h++) {
+        const float a = bits_f32(h << 16);
+        const uint32_t ab = h << 16;
+        if (ms_bumps(a, 7) && ab < ms_thr[0][ab >> 23]) ms_thr[0][ab >> 23] = ab;
+    }
+    for (uint32_t h = 1; h < 0x7c00u; h++) {
+        const float a = qk_f16_to_f32((uint16_t)h);
+        const uint32_t ab = f32_bits(a);
+        if (ms_bumps(a, 10) && ab < ms_thr[1][ab >> 23]) ms_thr[1][ab >> 23] = ab;
+    }
+}
+
+const uint32_t *qk_mx_modelslim_thresholds(qk_dtype xdt)
+{
+    if (xdt != QK_DTYPE_BF16 && xdt != QK_DTYPE_F16) return NULL;
+    pthread_once(&ms_once, ms_build);
+    return ms_thr[xdt == QK_DTYPE_F16];
+}
+
+uint8_t qk_e8m0_scale_x(float amax, qk_mx_scale_rule rule, qk_dtype elem, qk_dtype xdt)
+{
+    if (rule != QK_MX_SCALE_MODELSLIM) return qk_e8m0_scale(amax, rule, elem);
+    const uint32_t a = f32_bits(amax) & 0x7fffffffu;
+    if (a >= 0x7f800000u || a == 0u) return 0x00u;
+    const uint32_t *thr = qk_mx_modelslim_thresholds(xdt);
+    int e = floor_log2_bits(a) - (elem == QK_DTYPE_F8_E5M2 ? 15 : 8) + (thr && a >= thr[a >> 23]);
+    if (e < -127) e = -127;
+    if (e > 127) e = 127;
+    return (uint8_t)(e + 127);
+}
+
+void qk_mx_modelslim_nan_blocks(uint8_t *q, uint8_t *scale, int64_t K)
+{
+    for (int64_t j = 0; j * QK_MX_BLOCK < K; j++)
+        if (scale[j] == 0xffu) {
+            const int64_t n = K - j * QK_MX_BLOCK < QK_MX_BLOCK ? K - j * QK_MX_BLOCK : QK_MX_BLOCK;
+            scale[j] = 0x00u;
+            memset(q + j * QK_MX_BLOCK, 0xff, (size_t)n);
+        }
+}
+
 /* ---- row kernels ---- */
 
 static const qk_mx_options *options_or_default(const qk_mx_options *opt)
@@ -168,7 +238,12 @@ void qk_mx_quantize_row_ref(const void *x, qk_dtype xdt, int64_t K, const qk_mx_
             if (!(a <= 3.40282347e38f)) nonfinite = true;
             else if (a > amax) amax = a;
         }
-        const uint8_t b = nonfinite ? 0xffu : qk_e8m0_scale(amax, opt->scale_rule, opt->elem);
+        if (nonfinite && opt->scale_rule == QK_MX_SCALE_MODELSLIM) {
+            scale[j] = 0x00u;
+            memset(q + k0, 0xff, (size_t)n);
+            continue;
+        }
+        const uint8_t b = nonfinite ? 0xffu : qk_e8m0_scale_x(amax, opt->scale_rule, opt->elem, xdt);
         scale[j] = b;
         qk_mx_quantize_block_ref(xb, xdt, n, opt, b, q + k0);
     }

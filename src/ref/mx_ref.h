@@ -30,6 +30,17 @@ QK_HIDDEN float qk_e8m0_to_f32(uint8_t b);
    scale of a block"): 0xFF for NaN/inf, 0x00 for zero, else FLOOR or RCEIL for elem's
    format. The sign of amax is ignored. */
 QK_HIDDEN uint8_t qk_e8m0_scale(float amax, qk_mx_scale_rule rule, qk_dtype elem);
+/* The same for input of dtype xdt, which the MODELSLIM rule depends on: FLOOR plus one where
+   log2(amax), rounded to f32 and then (RNE) to xdt, reaches the next integer; a NaN/Inf amax
+   gives 0x00 under MODELSLIM (the block's elements are 0xFF). */
+QK_HIDDEN uint8_t qk_e8m0_scale_x(float amax, qk_mx_scale_rule rule, qk_dtype elem, qk_dtype xdt);
+/* MODELSLIM for BF16 / F16 input: 256 thresholds indexed by the f32 exponent field of amax;
+   the rule adds one to FLOOR's exponent exactly when amax's f32 bits >= the entry (0x7FFFFFFF:
+   never, above every finite amax, so signed compares work too). NULL for F32 input (MODELSLIM = FLOOR). Built once, thread-safe. */
+QK_HIDDEN const uint32_t *qk_mx_modelslim_thresholds(qk_dtype xdt);
+/* MODELSLIM's NaN/Inf block convention for providers that computed the FLOOR one: every
+   block with scale 0xFF gets scale 0x00 and elements 0xFF. */
+QK_HIDDEN void qk_mx_modelslim_nan_blocks(uint8_t *q, uint8_t *scale, int64_t K);
 
 /* ---- row kernels (the signatures of internal.h's qk_mx_*_row_fn) ----
  * opt may be NULL (the defaults). */

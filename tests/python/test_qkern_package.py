@@ -600,3 +600,63 @@ def test_load_modelslim_errors(tmp_path, modelslim_folder):
         (broken / f).write_bytes(data)
     with pytest.raises(qkern.FormatError):
         qkern.load_modelslim(str(broken))
+
+
+# ---------------------------------------------------------------- the MODELSLIM scale rule
+
+def np_modelslim_scale(amax, xdt):
+    """mxfp8.md's MODELSLIM: floor(rnd_xdt(fl32(log2(amax)))) - 8 (E4M3), clamped; numpy's
+    own log2 and casts, independent of the library."""
+    l = np.log2(amax.astype(np.float64)).astype(np.float32)
+    lr = l.astype(xdt).astype(np.float64)
+    return (np.clip(np.floor(lr) - 8, -127, 127) + 127).astype(np.uint8)
+
+
+def np_floor_scale(amax):
+    _, ex = np.frexp(amax.astype(np.float64))
+    return (np.clip(ex - 1 - 8, -127, 127) + 127).astype(np.uint8)
+
+
+@pytest.mark.parametrize("xdt,bits", [(BF16, np.arange(1, 0x7F80, dtype=np.uint16)),
+                                      (np.float16, np.arange(1, 0x7C00, dtype=np.uint16))])
+def test_modelslim_scale_every_positive_amax(xdt, bits):
+    amax = bits.view(xdt)
+    n = len(amax)
+    g = np.random.default_rng(71)
+    x = np.zeros((n, 64), np.float32)
+    x[:, 0] = amax.astype(np.float32)
+    x[:, 1:32] = amax.astype(np.float32)[:, None] * g.uniform(-1, 1, (n, 31))  # |.| <= amax
+    x[:, 32:] = -x[:, :32]  # the second block: the same amax, negative
+    x = x.astype(xdt)
+    want = np_modelslim_scale(amax, xdt)
+    for src in (x, torch.from_numpy(x.view(np.int16)).view(torch.bfloat16) if xdt is BF16
+                else torch.from_numpy(x)):
+        q, s = qkern.mx_quantize(src, scale_rule="modelslim")
+        s = s.view(torch.uint8).numpy() if isinstance(s, torch.Tensor) else s.view(np.uint8)
+        assert np.array_equal(s[:, 0], want) and np.array_equal(s[:, 1], want), \
+            np.argwhere(s[:, 0] != want)[:5]
+    bumped = int((want != np_floor_scale(amax)).sum())
+    if xdt is BF16:
+        assert bumped == 6524  # checkpoint.md / mxfp8.md: FLOOR + 1 for 6,524 of 32,639 values
+    assert bumped > 0 and np.all((want.astype(int) - np_floor_scale(amax)) >= 0)
+    # the elements are those of the bumped scale: RNE of x / 2^(b-127), saturating at 448
+    q, s = qkern.mx_quantize(x, scale_rule="modelslim")
+    v = x.astype(np.float64) * np.exp2(127.0 - np.repeat(s.view(np.uint8), 32, axis=1))
+    codes = np.clip(v, -448, 448).astype(E4M3).view(np.uint8)
+    assert np.array_equal(q.view(np.uint8), codes)
+
+
+def test_modelslim_f32_is_floor_and_nan_blocks():
+    g = np.random.default_rng(72)
+    x = (g.standard_normal((4, 96)) * 3).astype(np.float32)
+    q, s = qkern.mx_quantize(x, scale_rule="modelslim")
+    qf, sf = qkern.mx_quantize(x)
+    assert np.array_equal(q.view(np.uint8), qf.view(np.uint8)) and np.array_equal(s.view(np.uint8), sf.view(np.uint8))
+    x[1, 40] = np.nan
+    x[2, 70] = -np.inf
+    for arr in (x, x.astype(BF16), x.astype(np.float16)):
+        q, s = qkern.mx_quantize(arr, scale_rule="modelslim")
+        s, q = s.view(np.uint8), q.view(np.uint8)
+        assert s[1, 1] == 0x00 and (q[1, 32:64] == 0xFF).all()
+        assert s[2, 2] == 0x00 and (q[2, 64:96] == 0xFF).all()
+        assert s[1, 0] != 0 and (q[1, :32] != 0xFF).all()  # other blocks unaffected

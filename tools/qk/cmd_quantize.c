@@ -253,7 +253,8 @@ static int usage(FILE *f)
             "  IN: a BF16/F16/F32 .safetensors file, an index .json, or an HF folder\n"
             "  OUT_DIR: the ModelSlim W8A8_MXFP8 folder to write (created if missing)\n"
             "options:\n"
-            "  --scale-rule floor|rceil  shared-scale rule (default floor)\n"
+            "  --scale-rule floor|rceil|modelslim  shared-scale rule (default floor; modelslim:\n"
+            "                            log2(amax) in the weight's dtype, as msModelSlim writes)\n"
             "  --round away|even         element rounding (default away, as ModelSlim)\n"
             "  --include REGEX           quantize only matching linear weights (repeatable;\n"
             "                            default: every linear weight except lm_head)\n"
@@ -277,6 +278,11 @@ static const char *opt_value(int argc, char **argv, int *i, const char *name)
     return NULL;
 }
 
+static const char *rule_name(qk_mx_scale_rule r)
+{
+    return r == QK_MX_SCALE_MODELSLIM ? "modelslim" : r == QK_MX_SCALE_RCEIL ? "rceil" : "floor";
+}
+
 int qk_cmd_quantize(int argc, char **argv)
 {
     const char *in = NULL, *out = NULL;
@@ -296,7 +302,11 @@ int qk_cmd_quantize(int argc, char **argv)
             v = opt_value(argc, argv, &i, "--scale-rule");
             if (v && !strcmp(v, "floor")) opt.scale_rule = QK_MX_SCALE_FLOOR;
             else if (v && !strcmp(v, "rceil")) opt.scale_rule = QK_MX_SCALE_RCEIL;
-            else { fprintf(stderr, "qk quantize: --scale-rule takes floor or rceil\n"); goto done; }
+            else if (v && !strcmp(v, "modelslim")) opt.scale_rule = QK_MX_SCALE_MODELSLIM;
+            else {
+                fprintf(stderr, "qk quantize: --scale-rule takes floor, rceil or modelslim\n");
+                goto done;
+            }
             continue;
         }
         if (!strncmp(a, "--round", 7)) {
@@ -378,7 +388,7 @@ int qk_cmd_quantize(int argc, char **argv)
     json_object_set_new(desc, "group_size", json_integer(QK_MX_BLOCK));
     json_object_set_new(desc, "metadata",
                         json_pack("{s:s, s:s, s:s}", "producer", "qk quantize", "scale_rule",
-                                  opt.scale_rule == QK_MX_SCALE_FLOOR ? "floor" : "rceil", "round",
+                                  rule_name(opt.scale_rule), "round",
                                   opt.round == QK_ROUND_NEAREST_AWAY ? "away" : "even"));
     json_object_set_new(desc, "optional", json_object());
     size_t nq = 0, nkept = 0;
@@ -478,7 +488,7 @@ int qk_cmd_quantize(int argc, char **argv)
     if (!err)
         printf("qk quantize: %zu linear weights quantized to W8A8_MXFP8 (scale rule %s, round %s), "
                "%zu tensors kept FLOAT; wrote %s (%zu file%s)\n", nq,
-               opt.scale_rule == QK_MX_SCALE_FLOOR ? "floor" : "rceil",
+               rule_name(opt.scale_rule),
                opt.round == QK_ROUND_NEAREST_AWAY ? "away" : "even", nkept, out, nf, nf == 1 ? "" : "s");
     rc = err ? 1 : 0;
     for (size_t f = 0; names && f < nf; f++) free(names[f]);

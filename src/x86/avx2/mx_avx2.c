@@ -179,7 +179,8 @@ AI __m256i maxima_to_f32(__m256i r, const qk_dtype xdt)
     return _mm256_castps_si256(_mm256_cvtph_ps(_mm256_castsi256_si128(p)));
 }
 
-AI __m256i scale_bytes(__m256i A, const int rceil, const int e5)
+/* ms: MODELSLIM's thresholds for the input dtype (qk_mx_modelslim_thresholds), else NULL */
+AI __m256i scale_bytes(__m256i A, const int rceil, const int e5, const uint32_t *ms)
 {
     const __m256i zero = _mm256_setzero_si256();
     const __m256i nonfinite = _mm256_cmpgt_epi32(A, _mm256_set1_epi32(0x7f7fffff));
@@ -190,13 +191,18 @@ AI __m256i scale_bytes(__m256i A, const int rceil, const int e5)
         b = _mm256_srli_epi32(_mm256_add_epi32(d, _mm256_set1_epi32(0x7fffff)), 23);
         b = _mm256_and_si256(b, _mm256_cmpgt_epi32(d, _mm256_set1_epi32(0x400000)));
     } else {
-        b = _mm256_max_epi32(_mm256_sub_epi32(_mm256_srli_epi32(A, 23), _mm256_set1_epi32(e5 ? 15 : 8)), zero);
+        __m256i e = _mm256_sub_epi32(_mm256_srli_epi32(A, 23), _mm256_set1_epi32(e5 ? 15 : 8));
+        if (ms) { /* + 1 where A >= the binade's threshold: + 1 + (thr > A ? -1 : 0) */
+            const __m256i thr = _mm256_i32gather_epi32((const int *)ms, _mm256_srli_epi32(A, 23), 4);
+            e = _mm256_add_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(1)), _mm256_cmpgt_epi32(thr, A));
+        }
+        b = _mm256_max_epi32(e, zero);
     }
     return _mm256_blendv_epi8(b, _mm256_set1_epi32(0xff), nonfinite);
 }
 
 /* scale byte of one whole block at p (a horizontal max) */
-AI int block_scale(const void *p, const qk_dtype xdt, const int rceil, const int e5)
+AI int block_scale(const void *p, const qk_dtype xdt, const int rceil, const int e5, const uint32_t *ms)
 {
     const int u16 = xdt != QK_DTYPE_F32;
     __m256i m = block_magnitudes(p, xdt);
@@ -205,7 +211,7 @@ AI int block_scale(const void *p, const qk_dtype xdt, const int rceil, const int
     m = VMAX(u16, m, _mm256_shuffle_epi32(m, 0xb1));
     if (u16) m = _mm256_max_epu16(m, _mm256_srli_epi32(m, 16));
     const __m256i A = maxima_to_f32(m, xdt);
-    return _mm256_cvtsi256_si32(scale_bytes(A, rceil, e5));
+    return _mm256_cvtsi256_si32(scale_bytes(A, rceil, e5, ms));
 }
 
 /* ---- one whole block's elements: p -> qb[0..32) ---- */
@@ -302,6 +308,8 @@ AI void quantize_row(const void *x, const qk_dtype xdt, int64_t K, const qk_mx_o
                      uint8_t *q, uint8_t *scale, const int e5, const int away)
 {
     const int rceil = o->scale_rule == QK_MX_SCALE_RCEIL;
+    const int modelslim = o->scale_rule == QK_MX_SCALE_MODELSLIM;
+    const uint32_t *ms = modelslim ? qk_mx_modelslim_thresholds(xdt) : NULL;
     const size_t es = qk_dtype_size(xdt);
     const int64_t nfull = K / 32;
     const char *xc = (const char *)x;
@@ -313,7 +321,7 @@ AI void quantize_row(const void *x, const qk_dtype xdt, int64_t K, const qk_mx_o
             _mm_prefetch(xc + (size_t)(32 * (j + t)) * es + 2048, _MM_HINT_T0);
             v[t] = block_magnitudes(xc + (size_t)(32 * (j + t)) * es, xdt);
         }
-        const __m256i b = scale_bytes(maxima_to_f32(max_tree8(v, xdt != QK_DTYPE_F32), xdt), rceil, e5);
+        const __m256i b = scale_bytes(maxima_to_f32(max_tree8(v, xdt != QK_DTYPE_F32), xdt), rceil, e5, ms);
         const __m256i special = _mm256_or_si256(_mm256_cmpeq_epi32(b, _mm256_set1_epi32(0xff)),
                                                 _mm256_cmpgt_epi32(_mm256_set1_epi32(FAST_MIN_SCALE), b));
         int32_t bs[8];
@@ -335,7 +343,7 @@ AI void quantize_row(const void *x, const qk_dtype xdt, int64_t K, const qk_mx_o
     }
     for (; j < nfull; j++) {
         const void *p = xc + (size_t)(32 * j) * es;
-        const int b = block_scale(p, xdt, rceil, e5);
+        const int b = block_scale(p, xdt, rceil, e5, ms);
         scale[j] = (uint8_t)b;
         quantize_block(p, xdt, b, o, q + 32 * j, e5, away);
     }
@@ -345,11 +353,12 @@ AI void quantize_row(const void *x, const qk_dtype xdt, int64_t K, const qk_mx_o
         uint8_t qb[32];
         memset(buf, 0, sizeof buf);
         memcpy(buf, xc + (size_t)(32 * nfull) * es, (size_t)n * es);
-        const int b = block_scale(buf, xdt, rceil, e5);
+        const int b = block_scale(buf, xdt, rceil, e5, ms);
         scale[nfull] = (uint8_t)b;
         quantize_block(buf, xdt, b, o, qb, e5, away);
         memcpy(q + 32 * nfull, qb, (size_t)n);
     }
+    if (modelslim) qk_mx_modelslim_nan_blocks(q, scale, K);
 }
 
 #define QUANT_VARIANT(name, e5, away)                                                          \

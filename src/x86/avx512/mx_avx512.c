@@ -181,7 +181,8 @@ AI __m512i group_amax(const void *x, const qk_dtype xdt, int64_t j)
 }
 
 /* scale bytes (u32 lanes) of block maxima given as f32 bits (mxfp8.md's rules) */
-AI __m512i scale_bytes(__m512i A, const int rceil, const int e5)
+/* ms: MODELSLIM's thresholds for the input dtype (qk_mx_modelslim_thresholds), else NULL */
+AI __m512i scale_bytes(__m512i A, const int rceil, const int e5, const uint32_t *ms)
 {
     const __m512i zero = _mm512_setzero_si512();
     const __mmask16 nonfinite = _mm512_cmpge_epu32_mask(A, _mm512_set1_epi32(0x7f800000));
@@ -195,13 +196,19 @@ AI __m512i scale_bytes(__m512i A, const int rceil, const int e5)
         b = _mm512_mask_mov_epi32(b, _mm512_cmple_epu32_mask(d, _mm512_set1_epi32(0x400000)), zero);
     } else {
         /* floor(log2(amax)) - emax, clamped at -127 (subnormal amax: below the clamp) */
-        b = _mm512_max_epi32(_mm512_sub_epi32(_mm512_srli_epi32(A, 23), _mm512_set1_epi32(e5 ? 15 : 8)), zero);
+        __m512i e = _mm512_sub_epi32(_mm512_srli_epi32(A, 23), _mm512_set1_epi32(e5 ? 15 : 8));
+        if (ms) { /* + 1 where A >= the binade's threshold */
+            const __m512i thr = _mm512_i32gather_epi32(_mm512_srli_epi32(A, 23), ms, 4);
+            e = _mm512_mask_add_epi32(e, _mm512_cmpge_epu32_mask(A, thr), e, _mm512_set1_epi32(1));
+        }
+        b = _mm512_max_epi32(e, zero);
     }
     return _mm512_mask_mov_epi32(b, nonfinite, _mm512_set1_epi32(0xff));
 }
 
 /* scale byte of one block of n <= 32 elements */
-AI int block_scale(const void *x, const qk_dtype xdt, int64_t j, int64_t n, const int rceil, const int e5)
+AI int block_scale(const void *x, const qk_dtype xdt, int64_t j, int64_t n, const int rceil, const int e5,
+                   const uint32_t *ms)
 {
     uint32_t A;
     if (xdt == QK_DTYPE_F32) {
@@ -221,7 +228,7 @@ AI int block_scale(const void *x, const qk_dtype xdt, int64_t j, int64_t n, cons
             memcpy(&A, &fa, 4);
         }
     }
-    return _mm_cvtsi128_si32(_mm512_castsi512_si128(scale_bytes(_mm512_set1_epi32((int)A), rceil, e5)));
+    return _mm_cvtsi128_si32(_mm512_castsi512_si128(scale_bytes(_mm512_set1_epi32((int)A), rceil, e5, ms)));
 }
 
 /* ---- one block's elements ---- */
@@ -299,10 +306,12 @@ AI void quantize_row(const void *x, const qk_dtype xdt, int64_t K, const qk_mx_o
                      uint8_t *q, uint8_t *scale, const int e5, const int away)
 {
     const int rceil = o->scale_rule == QK_MX_SCALE_RCEIL;
+    const int modelslim = o->scale_rule == QK_MX_SCALE_MODELSLIM;
+    const uint32_t *ms = modelslim ? qk_mx_modelslim_thresholds(xdt) : NULL;
     const int64_t nfull = K / 32, kb = (K + 31) / 32;
     int64_t j = 0;
     for (; j + 16 <= nfull; j += 16) {
-        const __m512i b = scale_bytes(group_amax(x, xdt, j), rceil, e5);
+        const __m512i b = scale_bytes(group_amax(x, xdt, j), rceil, e5, ms);
         _mm_storeu_si128((__m128i *)(scale + j), _mm512_cvtepi32_epi8(b));
         const __mmask16 special = _mm512_cmpeq_epi32_mask(b, _mm512_set1_epi32(0xff)) |
                                   _mm512_cmplt_epi32_mask(b, _mm512_set1_epi32(FAST_MIN_SCALE));
@@ -319,10 +328,11 @@ AI void quantize_row(const void *x, const qk_dtype xdt, int64_t K, const qk_mx_o
     }
     for (; j < kb; j++) {
         const int64_t n = K - 32 * j < 32 ? K - 32 * j : 32;
-        const int b = block_scale(x, xdt, j, n, rceil, e5);
+        const int b = block_scale(x, xdt, j, n, rceil, e5, ms);
         scale[j] = (uint8_t)b;
         quantize_block(x, xdt, j, n, b, o, q, e5, away);
     }
+    if (modelslim) qk_mx_modelslim_nan_blocks(q, scale, K);
 }
 
 #define QUANT_VARIANT(name, e5, away)                                                          \
