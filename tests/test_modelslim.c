@@ -14,6 +14,7 @@
 #include "harness.h"
 #include "qkern_io.h"
 
+#include <jansson.h>
 #include <math.h>
 #include <stdint.h>
 #include <sys/wait.h>
@@ -780,7 +781,10 @@ static void test_tool_quantize(void)
         xbf[i] = f;
     }
     static const struct { const char *opts; bool rceil, away; } modes[] = {
-        {"", false, true}, {"--round even", false, false}, {"--scale-rule rceil", true, true},
+        /* the default rule (modelslim) is checked byte for byte against an independent
+           msModelSlim quantizer in tests/python/test_qkern_package.py */
+        {"--scale-rule floor", false, true}, {"--scale-rule=floor --round even", false, false},
+        {"--scale-rule rceil", true, true},
         {"--scale-rule=rceil --round=even", true, false},
     };
     for (size_t mi = 0; mi < sizeof modes / sizeof modes[0]; mi++) {
@@ -861,8 +865,24 @@ static void test_tool_quantize(void)
                      "\"a.post_attention_layernorm.weight\":\"model-00002-of-00002.safetensors\"}}";
     write_all(idx, ij, strlen(ij));
     snprintf(dir, sizeof dir, "%s/out_sharded", scratch);
-    snprintf(args, sizeof args, "quantize %s %s", hf, dir);
+    /* shards of at most 500 bytes: the 415-byte weight + scale, then the 320-byte norm */
+    snprintf(args, sizeof args, "quantize %s %s --scale-rule floor --shard-size 500", hf, dir);
     CHECK(run_tool(args, out, sizeof out) == 0, "sharded run:\n%s", out);
+    {
+        char ip[700];
+        snprintf(ip, sizeof ip, "%s/quant_model_weights.safetensors.index.json", dir);
+        json_error_t je;
+        json_t *ix = json_load_file(ip, 0, &je);
+        json_t *ts = json_object_get(json_object_get(ix, "metadata"), "total_size");
+        CHECK(json_is_integer(ts) && json_integer_value(ts) == N * K + N * 3 + K * 4,
+              "index metadata.total_size is the bytes of every tensor (%lld)",
+              ts ? (long long)json_integer_value(ts) : -1LL);
+        json_t *wm = json_object_get(ix, "weight_map");
+        CHECK(json_is_string(json_object_get(wm, "a.mlp.up_proj.weight_scale")) &&
+              !strcmp(json_string_value(json_object_get(wm, "a.post_attention_layernorm.weight")),
+                      "quant_model_weights-00002-of-00002.safetensors"), "index weight_map");
+        json_decref(ix);
+    }
     m = NULL;
     CHECK(qk_ms_open(dir, 0, &m) == QK_OK, "%s", qk_last_error());
     if (m) {

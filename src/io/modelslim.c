@@ -14,6 +14,10 @@
 #define QK_MS_DESC_FILE "quant_model_description.json"
 #define QK_MS_WEIGHTS "quant_model_weights.safetensors"
 #define QK_MS_INDEX "quant_model_weights.safetensors.index.json"
+/* msModelSlim's alternative names, accepted when the usual ones are absent */
+#define QK_MS_DESC_ALT "quant_model_description_w8a8_mxfp8.json"
+#define QK_MS_WEIGHTS_ALT "quant_model_weight_w8a8_mxfp8.safetensors"
+#define QK_MS_INDEX_ALT "quant_model_weight_w8a8_mxfp8.safetensors.index.json"
 
 struct qk_ms_desc {
     char *quant_type, *version;
@@ -50,10 +54,13 @@ static int qk_ms_cmp_ni(const void *a, const void *b)
     return strcmp(((const qk_ms_ni *)a)->name, ((const qk_ms_ni *)b)->name);
 }
 
+/* the description's own keys (checkpoint.md): the five it always has, and the KV-cache /
+   attention quantization keys msModelSlim may add; none of them names a tensor */
 static bool qk_ms_reserved(const char *k)
 {
     return !strcmp(k, "model_quant_type") || !strcmp(k, "version") || !strcmp(k, "group_size") ||
-           !strcmp(k, "metadata") || !strcmp(k, "optional");
+           !strcmp(k, "metadata") || !strcmp(k, "optional") || !strcmp(k, "kv_cache_type") ||
+           !strcmp(k, "kv_quant_type") || !strcmp(k, "fa_quant_type");
 }
 
 qk_status qk_ms_desc_parse(const void *json, size_t n, const char *label, qk_ms_desc **out)
@@ -214,9 +221,24 @@ qk_status qk_ms_open(const char *dir, unsigned flags, qk_ms_model **out)
         st = qk_fail(QK_ERR_NOMEM, "qk_ms_open: out of memory");
         goto done;
     }
+    /* msModelSlim's alternative names, each where the usual one is absent */
+    static const char *const alt[3][2] = {{QK_MS_DESC_FILE, QK_MS_DESC_ALT},
+                                          {QK_MS_INDEX, QK_MS_INDEX_ALT},
+                                          {QK_MS_WEIGHTS, QK_MS_WEIGHTS_ALT}};
+    char **paths[3] = {&desc, &index, &single};
+    for (int i = 0; i < 3; i++) {
+        if (qk_ms_exists(*paths[i])) continue;
+        char *a = qk_io_join(dir, alt[i][1]);
+        if (a && qk_ms_exists(a)) {
+            free(*paths[i]);
+            *paths[i] = a;
+        } else {
+            free(a);
+        }
+    }
     if (!qk_ms_exists(desc)) {
-        st = qk_fail(QK_ERR_FORMAT, "qk_ms_open: %s has no " QK_MS_DESC_FILE " (rule: a ModelSlim "
-                     "folder holds the description and the weights)", dir);
+        st = qk_fail(QK_ERR_FORMAT, "qk_ms_open: %s has no " QK_MS_DESC_FILE " (nor " QK_MS_DESC_ALT
+                     ") (rule: a ModelSlim folder holds the description and the weights)", dir);
         goto done;
     }
     st = qk_ms_desc_load(desc, &m->desc);

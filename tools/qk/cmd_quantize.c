@@ -1,9 +1,13 @@
 /* `qk quantize IN OUT_DIR`: reads a BF16/F16/F32 safetensors checkpoint (a file, an index,
  * or an HF folder), quantizes the selected 2-D *.weight tensors of linear layers to MXFP8
  * (qk_mx_quantize: E4M3 elements, one E8M0 scale per 32 elements of K) and writes a
- * ModelSlim W8A8_MXFP8 folder: quant_model_weights.safetensors (or one shard per input
- * shard plus an index) and quant_model_description.json. Tensor by tensor, in row chunks
- * spread over all cores, so memory stays near one chunk; never overwrites its input. */
+ * ModelSlim W8A8_MXFP8 folder as msModelSlim does: quant_model_weights.safetensors, or
+ * shards of at most --shard-size bytes (quant_model_weights-0000i-of-0000n.safetensors) plus
+ * quant_model_weights.safetensors.index.json ({"metadata": {"total_size"}, "weight_map"}),
+ * quant_model_description.json, and the input folder's config (without its
+ * quantization_config), generation config, tokenizer files, *.py, *.txt and *.jinja, so the
+ * folder is servable. Tensor by tensor, in row chunks spread over all cores, so memory stays
+ * near one chunk; never overwrites its input. */
 #define _GNU_SOURCE
 #include "qk_tool.h"
 
@@ -18,6 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <dirent.h>
+#include <limits.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -246,6 +252,120 @@ static int check_output(const char *path, const file_id *inputs, size_t nin, boo
     return 0;
 }
 
+/* ---- the files that make the output folder servable ---- */
+
+/* IN's folder: IN itself when it is one, else the folder holding the file */
+static char *input_folder(const char *in)
+{
+    struct stat sb;
+    if (stat(in, &sb) == 0 && S_ISDIR(sb.st_mode)) return strdup(in);
+    const char *slash = strrchr(in, '/');
+    if (!slash) return strdup(".");
+    return strndup(in, slash == in ? 1 : (size_t)(slash - in));
+}
+
+/* what an engine needs beside the weights: the model and generation configs, the tokenizer
+   and processor files, remote code (*.py), *.txt (merges, licences) and chat templates */
+static bool servable_name(const char *n)
+{
+    static const char *const exact[] = {
+        "config.json", "generation_config.json", "special_tokens_map.json", "added_tokens.json",
+        "vocab.json", "chat_template.json", "preprocessor_config.json",
+        "video_preprocessor_config.json",
+    };
+    for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++)
+        if (!strcmp(n, exact[i])) return true;
+    return !strncmp(n, "tokenizer", 9) || ends_with(n, ".py") || ends_with(n, ".txt") ||
+           ends_with(n, ".jinja");
+}
+
+static char *read_small_file(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = NULL;
+    size_t cap = 0, len = 0;
+    for (;;) {
+        if (len == cap) {
+            char *nb = cap < ((size_t)1 << 30) ? realloc(buf, cap ? 2 * cap : 1 << 16) : NULL;
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                return NULL;
+            }
+            buf = nb;
+            cap = cap ? 2 * cap : 1 << 16;
+        }
+        size_t r = fread(buf + len, 1, cap - len, f);
+        len += r;
+        if (r == 0) break;
+    }
+    const int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        return NULL;
+    }
+    *n = len;
+    return buf;
+}
+
+/* Copies the servable files of src into out (config.json without quantization_config).
+   check_only: refuse existing outputs (as for the weights) and copy nothing. Nothing is
+   copied when out is src itself. */
+static int copy_servable_files(const char *src, const char *out, const file_id *ids, size_t nin,
+                               bool force, bool check_only)
+{
+    char rs[PATH_MAX], ro[PATH_MAX];
+    if (realpath(src, rs) && realpath(out, ro) && !strcmp(rs, ro)) return 0;
+    DIR *d = opendir(src);
+    if (!d) return 0; /* a single input file in an unreadable folder: nothing to copy */
+    int err = 0;
+    for (struct dirent *e; !err && (e = readdir(d));) {
+        if (e->d_name[0] == '.' || !servable_name(e->d_name)) continue;
+        char sp[4096], dp[4096];
+        snprintf(sp, sizeof sp, "%s/%s", src, e->d_name);
+        snprintf(dp, sizeof dp, "%s/%s", out, e->d_name);
+        struct stat sb;
+        if (stat(sp, &sb) != 0 || !S_ISREG(sb.st_mode)) continue;
+        if (check_only) {
+            err = check_output(dp, ids, nin, force);
+            continue;
+        }
+        size_t n = 0;
+        char *data = read_small_file(sp, &n), *text = NULL;
+        if (!data) {
+            fprintf(stderr, "qk quantize: cannot read %s: %s\n", sp, strerror(errno));
+            err = 1;
+            break;
+        }
+        if (!strcmp(e->d_name, "config.json")) {
+            json_error_t je;
+            json_t *cfg = json_loadb(data, n, 0, &je);
+            if (!json_is_object(cfg)) {
+                fprintf(stderr, "qk quantize: %s: not a JSON object (%s at byte %d); the output needs "
+                        "a valid config.json\n", sp, cfg ? "not an object" : je.text, je.position);
+                json_decref(cfg);
+                free(data);
+                err = 1;
+                break;
+            }
+            json_object_del(cfg, "quantization_config"); /* the output is not the input's scheme */
+            text = json_dumps(cfg, JSON_INDENT(2));
+            json_decref(cfg);
+        }
+        if (qk_write_file_atomic(dp, text ? text : data, text ? strlen(text) : n,
+                                 force ? QK_ST_WRITE_REPLACE : 0) != QK_OK) {
+            fprintf(stderr, "qk quantize: %s\n", qk_last_error());
+            err = 1;
+        }
+        free(text);
+        free(data);
+    }
+    closedir(d);
+    return err;
+}
+
 static int usage(FILE *f)
 {
     fprintf(f,
@@ -253,14 +373,18 @@ static int usage(FILE *f)
             "  IN: a BF16/F16/F32 .safetensors file, an index .json, or an HF folder\n"
             "  OUT_DIR: the ModelSlim W8A8_MXFP8 folder to write (created if missing)\n"
             "options:\n"
-            "  --scale-rule floor|rceil|modelslim  shared-scale rule (default floor; modelslim:\n"
-            "                            log2(amax) in the weight's dtype, as msModelSlim writes)\n"
+            "  --scale-rule modelslim|floor|rceil  shared-scale rule (default modelslim: log2(amax)\n"
+            "                            in the weight's dtype, byte-identical to msModelSlim)\n"
+            "  --shard-size SIZE         largest output shard, e.g. 4GB (default), 500MB, 2GiB\n"
             "  --round away|even         element rounding (default away, as ModelSlim)\n"
             "  --include REGEX           quantize only matching linear weights (repeatable;\n"
             "                            default: every linear weight except lm_head)\n"
             "  --exclude REGEX           keep matching tensors FLOAT (repeatable)\n"
             "  --force                   replace existing output files (never the input)\n"
             "  --quiet                   no progress bar\n"
+            "Beside the weights it copies the input folder's config.json (without\n"
+            "quantization_config), generation_config.json, tokenizer and processor files, *.py,\n"
+            "*.txt and *.jinja, so that the output folder is servable as it stands.\n"
             "Quantized: 2-D float *.weight tensors whose names contain neither \"embed\" nor\n"
             "\"norm\", selected as above; everything else is copied as FLOAT (biases as F32).\n"
             "Regular expressions are POSIX extended, matched anywhere in the name.\n");
@@ -278,6 +402,27 @@ static const char *opt_value(int argc, char **argv, int *i, const char *name)
     return NULL;
 }
 
+/* "4GB", "500MB", "2GiB", "123" (bytes); decimal units as the HF writers use */
+static int parse_size(const char *v, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (end == v || errno || !(x > 0)) return -1;
+    static const struct { const char *u; double m; } units[] = {
+        {"", 1}, {"B", 1}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+        {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0},
+    };
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (!strcasecmp(end, units[i].u)) {
+            const double b = x * units[i].m;
+            if (b < 1 || b > 1e18) return -1;
+            *out = (uint64_t)b;
+            return 0;
+        }
+    return -1;
+}
+
 static const char *rule_name(qk_mx_scale_rule r)
 {
     return r == QK_MX_SCALE_MODELSLIM ? "modelslim" : r == QK_MX_SCALE_RCEIL ? "rceil" : "floor";
@@ -287,8 +432,9 @@ int qk_cmd_quantize(int argc, char **argv)
 {
     const char *in = NULL, *out = NULL;
     qk_mx_options opt = qk_mx_options_default();
-    opt.scale_rule = QK_MX_SCALE_FLOOR;
+    opt.scale_rule = QK_MX_SCALE_MODELSLIM;
     opt.round = QK_ROUND_NEAREST_AWAY;
+    uint64_t shard_size = 4000000000ull;
     bool force = false, quiet = false;
     selection sel = {calloc((size_t)argc, sizeof(regex_t)), calloc((size_t)argc, sizeof(regex_t)), 0, 0};
     int rc = 2;
@@ -305,6 +451,14 @@ int qk_cmd_quantize(int argc, char **argv)
             else if (v && !strcmp(v, "modelslim")) opt.scale_rule = QK_MX_SCALE_MODELSLIM;
             else {
                 fprintf(stderr, "qk quantize: --scale-rule takes floor, rceil or modelslim\n");
+                goto done;
+            }
+            continue;
+        }
+        if (!strncmp(a, "--shard-size", 12)) {
+            v = opt_value(argc, argv, &i, "--shard-size");
+            if (!v || parse_size(v, &shard_size) != 0) {
+                fprintf(stderr, "qk quantize: --shard-size takes a size such as 4GB, 500MB or 2GiB\n");
                 goto done;
             }
             continue;
@@ -345,13 +499,36 @@ int qk_cmd_quantize(int argc, char **argv)
         fprintf(stderr, "qk quantize: %s\n", qk_last_error());
         goto done;
     }
-    size_t nf = qk_st_set_file_count(set);
-    file_id *ids = calloc(nf + 1, sizeof *ids);
-    char **names = calloc(nf, sizeof *names);
+    size_t nfiles = qk_st_set_file_count(set), nt = qk_st_set_count(set);
+    file_id *ids = calloc(nfiles + 1, sizeof *ids);
+    /* every tensor's output bytes, then shards in order: a new shard when the next tensor
+       would take the current one past --shard-size */
+    uint64_t *obytes = calloc(nt + 1, sizeof *obytes);
+    size_t *shard_of = calloc(nt + 1, sizeof *shard_of), nf = 1;
     json_t *desc = json_object(), *wmap = json_object();
-    int err = !ids || !names || !desc || !wmap;
+    int err = !ids || !obytes || !shard_of || !desc || !wmap;
+    uint64_t acc = 0, out_total = 0;
+    for (size_t i = 0; !err && i < nt; i++) {
+        qk_st_info t;
+        qk_st_set_info_at(set, i, &t);
+        if (selected(&sel, &t))
+            obytes[i] = (uint64_t)(t.shape[0] * t.shape[1] +
+                                   t.shape[0] * ((t.shape[1] + QK_MX_BLOCK - 1) / QK_MX_BLOCK));
+        else
+            obytes[i] = ends_with(t.name, ".bias") && (t.dtype == QK_DTYPE_BF16 || t.dtype == QK_DTYPE_F16)
+                            ? t.nbytes * 2 : t.nbytes;
+        if (acc && acc + obytes[i] > shard_size) {
+            nf++;
+            acc = 0;
+        }
+        shard_of[i] = nf - 1;
+        acc += obytes[i];
+        out_total += obytes[i];
+    }
+    char **names = calloc(nf, sizeof *names);
+    err = err || !names;
     size_t nin = 0;
-    for (size_t f = 0; !err && f < nf; f++) {
+    for (size_t f = 0; !err && f < nfiles; f++) {
         struct stat sb;
         if (stat(qk_st_path(qk_st_set_file(set, f)), &sb) == 0) ids[nin++] = (file_id){sb.st_dev, sb.st_ino};
     }
@@ -376,9 +553,11 @@ int qk_cmd_quantize(int argc, char **argv)
     if (!err && (check_output(descpath, ids, nin, force) ||
                  (nf > 1 && check_output(indexpath, ids, nin, force))))
         err = 1;
+    char *src_dir = err ? NULL : input_folder(in);
+    if (!err && src_dir && copy_servable_files(src_dir, out, ids, nin, force, true) != 0) err = 1;
 
     progress pg = {!quiet && isatty(STDERR_FILENO), 0, 0, 0};
-    for (size_t i = 0; i < qk_st_set_count(set); i++) {
+    for (size_t i = 0; i < nt; i++) {
         qk_st_info t;
         qk_st_set_info_at(set, i, &t);
         pg.total += t.nbytes;
@@ -391,27 +570,28 @@ int qk_cmd_quantize(int argc, char **argv)
                                   rule_name(opt.scale_rule), "round",
                                   opt.round == QK_ROUND_NEAREST_AWAY ? "away" : "even"));
     json_object_set_new(desc, "optional", json_object());
-    size_t nq = 0, nkept = 0;
-    uint64_t out_total = 0;
+    size_t nq = 0, nkept = 0, first = 0;
     for (size_t f = 0; !err && f < nf; f++) {
-        const qk_st_file *file = qk_st_set_file(set, f);
+        size_t last = first;
+        while (last < nt && shard_of[last] == f) last++;
         qk_st_writer *w = NULL;
         if (qk_st_writer_create(names[f], force ? QK_ST_WRITE_REPLACE : 0, &w) != QK_OK) {
             fprintf(stderr, "qk quantize: %s\n", qk_last_error());
             err = 1;
             break;
         }
-        for (size_t m = 0; m < qk_st_metadata_count(file); m++) {
+        const qk_st_file *file0 = nfiles ? qk_st_set_file(set, 0) : NULL;
+        for (size_t m = 0; file0 && m < qk_st_metadata_count(file0); m++) {
             const char *k, *v;
-            qk_st_metadata_at(file, m, &k, &v);
+            qk_st_metadata_at(file0, m, &k, &v);
             qk_st_writer_set_metadata(w, k, v);
         }
         qk_st_writer_set_metadata(w, "quantized_by", "qk quantize (W8A8_MXFP8)");
         const char *base = strrchr(names[f], '/') + 1;
         /* declare */
-        for (size_t i = 0; !err && i < qk_st_count(file); i++) {
+        for (size_t i = first; !err && i < last; i++) {
             qk_st_info t;
-            qk_st_info_at(file, i, &t);
+            qk_st_set_info_at(set, i, &t);
             qk_status st;
             if (selected(&sel, &t)) {
                 char sn[2048];
@@ -423,14 +603,12 @@ int qk_cmd_quantize(int argc, char **argv)
                 json_object_set_new(desc, sn, json_string("W8A8_MXFP8"));
                 json_object_set_new(wmap, t.name, json_string(base));
                 json_object_set_new(wmap, sn, json_string(base));
-                out_total += (uint64_t)(t.shape[0] * t.shape[1] + ss[0] * ss[1]);
             } else {
                 bool to_f32 = ends_with(t.name, ".bias") &&
                               (t.dtype == QK_DTYPE_BF16 || t.dtype == QK_DTYPE_F16);
                 st = qk_st_writer_declare(w, t.name, to_f32 ? "F32" : t.dtype_name, t.ndim, t.shape, NULL);
                 json_object_set_new(desc, t.name, json_string("FLOAT"));
                 json_object_set_new(wmap, t.name, json_string(base));
-                out_total += to_f32 ? t.nbytes * 2 : t.nbytes;
             }
             if (st != QK_OK) {
                 fprintf(stderr, "qk quantize: %s\n", qk_last_error());
@@ -438,9 +616,9 @@ int qk_cmd_quantize(int argc, char **argv)
             }
         }
         /* stream */
-        for (size_t i = 0; !err && i < qk_st_count(file); i++) {
+        for (size_t i = first; !err && i < last; i++) {
             qk_st_info t;
-            qk_st_info_at(file, i, &t);
+            qk_st_set_info_at(set, i, &t);
             progress_show(&pg, t.name, false);
             if (selected(&sel, &t)) {
                 char sn[2048];
@@ -453,13 +631,14 @@ int qk_cmd_quantize(int argc, char **argv)
                 err = copy_tensor(&t, to_f32, w, &pg);
                 nkept++;
             }
-            qk_st_release_pages(file, &t);
+            qk_st_release_pages(t.file, &t);
         }
         if (!err && qk_st_writer_commit(w) != QK_OK) {
             fprintf(stderr, "%sqk quantize: %s\n", pg.on ? "\n" : "", qk_last_error());
             err = 1;
         }
         qk_st_writer_destroy(w);
+        first = last;
     }
     if (!err && nf > 1) {
         json_t *idx = json_pack("{s:{s:I}, s:O}", "metadata", "total_size", (json_int_t)out_total,
@@ -472,6 +651,7 @@ int qk_cmd_quantize(int argc, char **argv)
         free(text);
         json_decref(idx);
     }
+    if (!err && src_dir && copy_servable_files(src_dir, out, ids, nin, force, false) != 0) err = 1;
     if (!err) {
         char *text = json_dumps(desc, JSON_INDENT(2));
         if (!text || qk_write_file_atomic(descpath, text, strlen(text), force ? QK_ST_WRITE_REPLACE : 0) != QK_OK) {
@@ -494,6 +674,9 @@ int qk_cmd_quantize(int argc, char **argv)
     for (size_t f = 0; names && f < nf; f++) free(names[f]);
     free(names);
     free(ids);
+    free(obytes);
+    free(shard_of);
+    free(src_dir);
     json_decref(desc);
     json_decref(wmap);
     qk_st_set_close(set);
