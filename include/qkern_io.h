@@ -224,6 +224,12 @@ typedef enum qk_tp_kind {
 typedef enum qk_tp_policy {
     QK_TP_EVEN = 0,         /* K/tp per rank; an error unless it is a multiple of 32 */
     QK_TP_BLOCK_ALIGNED,    /* rank r: blocks [r*B, min((r+1)*B, kb)), B = ceil(kb/tp) */
+    /* SGLang 0.5.23's row-parallel split: K/tp columns per rank (K % tp == 0); a 32-block that
+       straddles two ranks is kept by both (each holds its scale byte), and each rank's weight
+       and activation are zero-padded to whole blocks: the rank's first column sits pad =
+       k0 % 32 columns into its first block. The ranks' partial sums add up to the unsharded
+       output where each rank's part of a shared block has that block's amax. */
+    QK_TP_SHARED_BLOCK,
 } qk_tp_policy;
 
 typedef struct qk_tp {
@@ -233,9 +239,12 @@ typedef struct qk_tp {
 } qk_tp;
 
 /* The part of a weight [N, K] that a rank holds: rows [n0, n0 + n), columns [k0, k0 + k),
- * scale blocks [kb0, kb0 + kb). */
+ * scale blocks [kb0, kb0 + kb). pad (QK_TP_SHARED_BLOCK only, else 0): zero columns before
+ * column k0, so that the rank's weight placeholder is [n, pad + k] and its activation
+ * [..., k] is zero-padded the same way before the linear. */
 typedef struct qk_tp_part {
     int64_t n0, n, k0, k, kb0, kb;
+    int64_t pad;
 } qk_tp_part;
 
 /* Computes a rank's part (tp NULL or QK_TP_NONE: everything). QK_ERR_SHAPE with a clear

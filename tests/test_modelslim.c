@@ -13,6 +13,7 @@
 
 #include "harness.h"
 #include "qkern_io.h"
+#include "qkern_serve.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -591,6 +592,118 @@ out:
     free_full(&f);
 }
 
+/* QK_TP_SHARED_BLOCK (SGLang 0.5.23): K/tp columns per rank; a block that straddles two ranks
+   is kept by both, weight and activation zero-padded to whole blocks. Where each rank's part
+   of a shared block holds that block's amax (so that both quantize it with the unsharded
+   scale), the ranks' partial sums equal the unsharded output to f32 accumulation accuracy;
+   through qk_mx_linear_apply and through the serving layer's MXFP8Linear. */
+static void test_tp_shared_block_sums_to_unsharded(void)
+{
+    const int64_t N = 4, K = 4304, M = 3;
+    full_linear f = make_full(N, K, 21);
+    float *xf = malloc((size_t)(M * K) * sizeof *xf);
+    double *x = malloc((size_t)(M * K) * sizeof *x), full[12], mag[12];
+    uint64_t seed = 9;
+    for (int64_t i = 0; i < M * K; i++) xf[i] = (float)qk_rand_normal(&seed);
+    for (int tpi = 0; tpi < 2; tpi++) {
+        const int tp = tpi ? 4 : 2;
+        const int64_t per = K / tp;
+        /* each shared block's maximum at its first and its last element (one on each side) */
+        for (int r = 1; r < tp; r++)
+            for (int64_t m = 0; m < M; m++) {
+                const int64_t j0 = (per * r) / 32 * 32;
+                if ((per * r) % 32 == 0) continue;
+                xf[m * K + j0] = 40.0f;
+                xf[m * K + j0 + 31] = -40.0f;
+            }
+        for (int64_t i = 0; i < M * K; i++) x[i] = xf[i];
+        ref_linear(x, M, K, f.w, f.s, N, f.bias, full, mag);
+        float sum[12] = {0}, sum_layer[12] = {0};
+        for (int r = 0; r < tp; r++) {
+            qk_tp t = {QK_TP_ROW, QK_TP_SHARED_BLOCK, r, tp};
+            qk_tp_part p;
+            CHECK(qk_tp_partition(N, K, &t, &p) == QK_OK, "%s", qk_last_error());
+            const int64_t k0 = per * r;
+            CHECK(p.k0 == k0 && p.k == per && p.pad == k0 % 32 && p.kb0 == k0 / 32 &&
+                  p.kb == (p.pad + per + 31) / 32, "tp %d rank %d part: k0 %lld k %lld pad %lld kb0 %lld kb %lld",
+                  tp, r, (long long)p.k0, (long long)p.k, (long long)p.pad, (long long)p.kb0, (long long)p.kb);
+            if (tp == 2)
+                CHECK(r ? (p.pad == 8 && p.kb0 == 67 && p.kb == 68) : (p.pad == 0 && p.kb == 68),
+                      "K = 4304 over 2: both ranks keep block 67 (rank %d: pad %lld, kb %lld)", r,
+                      (long long)p.pad, (long long)p.kb);
+            qk_mx_linear *l = load_rank("v.fc2", &f, &t);
+            CHECK(l != NULL, "rank %d: %s", r, qk_last_error());
+            if (!l) continue;
+            qk_tensor w, sc;
+            qk_mx_linear_placeholder(l, "weight", &w);
+            qk_mx_linear_placeholder(l, "weight_scale", &sc);
+            CHECK(w.shape[1] == p.pad + per && sc.shape[1] == p.kb, "rank %d placeholder shapes", r);
+            for (int64_t n = 0; n < N; n++) {
+                const uint8_t *row = (const uint8_t *)w.data + n * (p.pad + per);
+                bool zero = true;
+                for (int64_t c = 0; c < p.pad; c++) zero = zero && row[c] == 0;
+                CHECK(zero && !memcmp(row + p.pad, f.w + n * K + k0, (size_t)per), "rank %d weight row %lld", r,
+                      (long long)n);
+                CHECK(!memcmp((uint8_t *)sc.data + n * p.kb, f.s + n * f.kb + p.kb0, (size_t)p.kb),
+                      "rank %d scale row %lld: the shared blocks' bytes on both ranks", r, (long long)n);
+            }
+            if (!lib_has_linear()) {
+                qk_mx_linear_destroy(l);
+                continue;
+            }
+            CHECK(qk_mx_linear_process_weights_after_loading(l, 0) == QK_OK, "%s", qk_last_error());
+            float o[12];
+            int64_t xs[2] = {M, per}, os[2] = {M, N};
+            qk_tensor xt = qk_tensor_make(xf + k0, QK_DTYPE_F32, 2, xs), ot = qk_tensor_make(o, QK_DTYPE_F32, 2, os);
+            xt.stride[0] = K;
+            CHECK(qk_mx_linear_apply(l, &xt, &ot) == QK_OK, "rank %d apply: %s", r, qk_last_error());
+            for (int i = 0; i < 12; i++) sum[i] += o[i];
+            qk_tensor bad = xt;
+            bad.shape[1] = per + 1;
+            CHECK(qk_mx_linear_apply(l, &bad, &ot) == QK_ERR_SHAPE &&
+                  strstr(qk_last_error(), p.pad ? "columns" : "must be K"),
+                  "x wider than the rank's part: %s", qk_last_error());
+            qk_mx_linear_destroy(l);
+            /* the serving layer's MXFP8Linear, row-parallel with the same policy */
+            qk_layer_options lo = qk_layer_options_default();
+            lo.tp_policy = QK_TP_SHARED_BLOCK;
+            qk_mxfp8_linear_layer *ly = NULL;
+            CHECK(qk_mxfp8_linear_layer_create("v.fc2", K, N, true, tp, r, QK_TP_ROW, &lo, &ly) == QK_OK,
+                  "%s", qk_last_error());
+            if (!ly) continue;
+            int64_t ws[2] = {N, K}, ss[2] = {N, f.kb}, bs[1] = {N};
+            qk_tensor wt = qk_tensor_make(f.w, QK_DTYPE_F8_E4M3, 2, ws), st = qk_tensor_make(f.s, QK_DTYPE_U8, 2, ss),
+                      bt = qk_tensor_make(f.bias, QK_DTYPE_F32, 1, bs);
+            CHECK(qk_mxfp8_linear_layer_load(ly, "v.fc2.weight", &wt) == QK_OK &&
+                  qk_mxfp8_linear_layer_load(ly, "v.fc2.weight_scale", &st) == QK_OK &&
+                  qk_mxfp8_linear_layer_load(ly, "v.fc2.bias", &bt) == QK_OK &&
+                  qk_mxfp8_linear_layer_process_weights_after_loading(ly) == QK_OK, "layer: %s", qk_last_error());
+            CHECK(qk_mxfp8_linear_layer_forward(ly, QK_BACKEND_DEFAULT, &xt, &ot) == QK_OK, "layer forward: %s",
+                  qk_last_error());
+            for (int i = 0; i < 12; i++) sum_layer[i] += o[i];
+            qk_mxfp8_linear_layer_destroy(ly);
+        }
+        if (!lib_has_linear()) {
+            qk_test_skip("shared_block rank sums through qk_mxfp8_linear", "qk_mxfp8_linear unavailable");
+            break;
+        }
+        for (int64_t i = 0; i < M * N; i++) {
+            double tol = 2 * (0x1p-16 * mag[i] + tp * ldexp(1.0, ilogb(full[i] == 0 ? 1e-30 : full[i]) - 23));
+            CHECK(fabs((double)sum[i] - full[i]) <= tol, "tp %d rank sum %lld: %.9g vs %.9g", tp, (long long)i,
+                  (double)sum[i], full[i]);
+            CHECK(sum_layer[i] == sum[i], "tp %d: the serving layer gives the io linear's bits (%lld)", tp,
+                  (long long)i);
+        }
+    }
+    qk_tp odd = {QK_TP_ROW, QK_TP_SHARED_BLOCK, 0, 3};
+    qk_tp_part p;
+    CHECK(qk_tp_partition(N, 4304, &odd, &p) == QK_ERR_SHAPE && strstr(qk_last_error(), "divide evenly"),
+          "K %% tp != 0: %s", qk_last_error());
+    free(x);
+    free(xf);
+    free_full(&f);
+}
+
 static void test_tp_column_parallel_slices(void)
 {
     const int64_t N = 6, K = 80;
@@ -911,6 +1024,7 @@ int main(void)
     RUN(test_pairs_odd_kb);
     RUN(test_tp_partition_rules);
     RUN(test_tp_row_parallel_sums_to_unsharded);
+    RUN(test_tp_shared_block_sums_to_unsharded);
     RUN(test_tp_column_parallel_slices);
 #ifdef QK_TOOL_PATH
     RUN(test_tool_inspect_corpus);

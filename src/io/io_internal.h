@@ -12,6 +12,11 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+/* The activation a linear's rank part takes: x itself, or (QK_TP_SHARED_BLOCK with pad > 0)
+   a zero-padded contiguous copy [..., pad + k] in *buf (free it after the call). */
+QK_HIDDEN qk_status qk_mx_linear_pad_input(const qk_mx_linear *l, const qk_tensor *x,
+                                           qk_tensor *xp, void **buf);
+
 /* Names in messages are cut to this many bytes so that the rule always fits. */
 #define QK_NAME_FMT "\"%.160s\""
 

@@ -17,7 +17,7 @@ struct qk_mx_linear {
     qk_tp_part part;
     bool has_bias;
     int64_t bias_len;               /* part.n (column) or N */
-    uint8_t *w;                     /* [part.n, part.k] F8_E4M3 */
+    uint8_t *w;                     /* [part.n, part.pad + part.k] F8_E4M3 */
     uint8_t *s;                     /* [part.n, part.kb] E8M0 */
     float *bias;
     bool loaded_w, loaded_s, loaded_b;
@@ -63,7 +63,7 @@ qk_status qk_tp_partition(int64_t N, int64_t K, const qk_tp *tp, qk_tp_part *p)
         return qk_fail(QK_ERR_SHAPE, "%s: N=%lld and K=%lld must be positive", who, (long long)N,
                        (long long)K);
     int64_t kb = qk_ceil_div(K, QK_MX_BLOCK);
-    qk_tp_part r = {0, N, 0, K, 0, kb};
+    qk_tp_part r = {0, N, 0, K, 0, kb, 0};
     if (!tp || tp->kind == QK_TP_NONE) {
         *p = r;
         return QK_OK;
@@ -107,6 +107,19 @@ qk_status qk_tp_partition(int64_t N, int64_t K, const qk_tp *tp, qk_tp_part *p)
         *p = r;
         return QK_OK;
     }
+    if (tp->policy == QK_TP_SHARED_BLOCK) {
+        if (K % tp->size)
+            return qk_fail(QK_ERR_SHAPE, "%s: row-parallel shared_block split of K=%lld over tp=%d: K "
+                           "must divide evenly (K %% tp = %lld)", who, (long long)K, tp->size,
+                           (long long)(K % tp->size));
+        r.k = K / tp->size;
+        r.k0 = r.k * tp->rank;
+        r.pad = r.k0 % QK_MX_BLOCK;
+        r.kb0 = r.k0 / QK_MX_BLOCK;
+        r.kb = qk_ceil_div(r.pad + r.k, QK_MX_BLOCK);
+        *p = r;
+        return QK_OK;
+    }
     if (tp->policy != QK_TP_BLOCK_ALIGNED)
         return qk_fail(QK_ERR_INVALID_ARGUMENT, "%s: unknown row-parallel policy %d", who,
                        (int)tp->policy);
@@ -137,7 +150,7 @@ qk_status qk_mx_linear_create_weights(const char *prefix, int64_t K, int64_t N, 
     qk_status st = qk_tp_partition(N, K, tp, &part);
     if (st != QK_OK) return st;
     uint64_t wbytes, sbytes;
-    if (!qk_mul_u64((uint64_t)part.n, (uint64_t)part.k, &wbytes) ||
+    if (!qk_mul_u64((uint64_t)part.n, (uint64_t)(part.pad + part.k), &wbytes) ||
         !qk_mul_u64((uint64_t)part.n, (uint64_t)part.kb, &sbytes) || wbytes > SIZE_MAX / 2)
         return qk_fail(QK_ERR_SHAPE, "%s: " QK_NAME_FMT ": [%lld, %lld] is too large", who, prefix,
                        (long long)part.n, (long long)part.k);
@@ -247,12 +260,14 @@ qk_status qk_mx_linear_check_tensor(const char *name, const char *dtype_name, in
 }
 
 /* Copies rows [r0, r0+nr) x columns [c0, c0+nc) of a 2-D (or 1-D with nr = 1) tensor. */
+/* rows [r0, r0 + nr), columns [c0, c0 + nc) of t into dst, whose rows are dpitch elements
+   apart, starting doff elements into each */
 static void qk_copy_block(const qk_tensor *t, int64_t r0, int64_t nr, int64_t c0, int64_t nc,
-                          void *dst)
+                          void *dst, int64_t dpitch, int64_t doff)
 {
     size_t es = qk_dtype_size(t->dtype);
     const char *src = t->data;
-    char *d = dst;
+    char *d = (char *)dst + doff * (int64_t)es;
     int64_t rs = t->ndim == 2 ? t->stride[0] : 0, cs = t->stride[t->ndim - 1];
     for (int64_t r = 0; r < nr; r++) {
         const char *row = src + ((r0 + r) * rs + c0 * cs) * (int64_t)es;
@@ -261,8 +276,55 @@ static void qk_copy_block(const qk_tensor *t, int64_t r0, int64_t nr, int64_t c0
         } else {
             for (int64_t c = 0; c < nc; c++) memcpy(d + c * (int64_t)es, row + c * cs * (int64_t)es, es);
         }
-        d += nc * (int64_t)es;
+        d += dpitch * (int64_t)es;
     }
+}
+
+qk_status qk_mx_linear_pad_input(const qk_mx_linear *l, const qk_tensor *x, qk_tensor *xp,
+                                 void **buf)
+{
+    *buf = NULL;
+    *xp = *x;
+    const qk_tp_part *q = &l->part;
+    if (q->pad == 0) return QK_OK;
+    if (x->ndim < 1 || x->ndim > QK_MAX_DIMS || !qk_is_float_dtype(x->dtype))
+        return QK_OK; /* the linear's own checks report it */
+    const int32_t nd = x->ndim;
+    if (x->shape[nd - 1] != q->k)
+        return qk_fail(QK_ERR_SHAPE, "linear " QK_NAME_FMT ": x's last dim is %lld but this rank's "
+                       "part (shared_block split) has %lld columns", l->prefix,
+                       (long long)x->shape[nd - 1], (long long)q->k);
+    if (q->k > 1 && x->stride[nd - 1] != 1)
+        return qk_fail(QK_ERR_LAYOUT, "linear " QK_NAME_FMT ": x's last dim must be contiguous",
+                       l->prefix);
+    int64_t rows = 1;
+    for (int32_t d = 0; d < nd - 1; d++) {
+        if (x->shape[d] < 0) return QK_OK;
+        rows *= x->shape[d];
+    }
+    const int64_t w = q->pad + q->k;
+    const size_t es = qk_dtype_size(x->dtype);
+    char *b = calloc((size_t)(rows * w) * es + 1, 1);
+    if (!b) return qk_fail(QK_ERR_NOMEM, "linear " QK_NAME_FMT ": out of memory", l->prefix);
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t off = 0, rem = r;
+        for (int32_t d = nd - 2; d >= 0; d--) {
+            off += (rem % x->shape[d]) * x->stride[d];
+            rem /= x->shape[d];
+        }
+        memcpy(b + (size_t)(r * w + q->pad) * es, (const char *)x->data + off * (int64_t)es,
+               (size_t)q->k * es);
+    }
+    xp->data = b;
+    xp->shape[nd - 1] = w;
+    xp->stride[nd - 1] = 1;
+    int64_t st = w;
+    for (int32_t d = nd - 2; d >= 0; d--) {
+        xp->stride[d] = st;
+        st *= x->shape[d];
+    }
+    *buf = b;
+    return QK_OK;
 }
 
 qk_status qk_mx_linear_load(qk_mx_linear *l, const char *name, const qk_tensor *t)
@@ -293,14 +355,14 @@ qk_status qk_mx_linear_load(qk_mx_linear *l, const char *name, const qk_tensor *
         return qk_fail(QK_ERR_INVALID_ARGUMENT, "%s: " QK_NAME_FMT ": data is NULL", who, name);
     const qk_tp_part *q = &l->part;
     if (p == QK_PARAM_WEIGHT) {
-        qk_copy_block(t, q->n0, q->n, q->k0, q->k, l->w);
+        qk_copy_block(t, q->n0, q->n, q->k0, q->k, l->w, q->pad + q->k, q->pad);
         l->loaded_w = true;
     } else if (p == QK_PARAM_SCALE) {
-        qk_copy_block(t, q->n0, q->n, q->kb0, q->kb, l->s);
+        qk_copy_block(t, q->n0, q->n, q->kb0, q->kb, l->s, q->kb, 0);
         l->loaded_s = true;
     } else {
         int64_t b0 = l->tp.kind == QK_TP_COLUMN ? q->n0 : 0;
-        qk_copy_block(t, 0, 1, b0, l->bias_len, l->bias);
+        qk_copy_block(t, 0, 1, b0, l->bias_len, l->bias, l->bias_len, 0);
         l->loaded_b = true;
     }
     qk_clear_error();
@@ -354,7 +416,7 @@ qk_status qk_mx_linear_placeholder(const qk_mx_linear *l, const char *which, qk_
     if (!l || !which || !view)
         return qk_fail(QK_ERR_INVALID_ARGUMENT, "qk_mx_linear_placeholder: NULL argument");
     if (!strcmp(which, "weight") && l->w) {
-        int64_t sh[2] = {l->part.n, l->part.k};
+        int64_t sh[2] = {l->part.n, l->part.pad + l->part.k};
         *view = qk_tensor_make(l->w, QK_DTYPE_F8_E4M3, 2, sh);
     } else if (!strcmp(which, "weight_scale") && l->s) {
         int64_t sh[2] = {l->part.n, l->part.kb};
@@ -399,7 +461,7 @@ qk_status qk_mx_linear_process_weights_after_loading(qk_mx_linear *l, unsigned f
     }
     if (l->has_bias && !l->loaded_b)
         return qk_fail(QK_ERR_FORMAT, "%s: \"%.160s.bias\" was never loaded", who, l->prefix);
-    int64_t ws[2] = {q->n, q->k}, ss[2] = {q->n, q->kb};
+    int64_t ws[2] = {q->n, q->pad + q->k}, ss[2] = {q->n, q->kb};
     qk_tensor qt = qk_tensor_make(l->w, QK_DTYPE_F8_E4M3, 2, ws);
     qk_tensor st_ = qk_tensor_make(l->s, QK_DTYPE_E8M0, 2, ss);
     qk_mx_weight *mw = NULL;
@@ -457,5 +519,10 @@ qk_status qk_mx_linear_apply(const qk_mx_linear *l, const qk_tensor *x, qk_tenso
         int64_t sh[1] = {l->bias_len};
         b = qk_tensor_make(l->bias, QK_DTYPE_F32, 1, sh);
     }
-    return qk_mxfp8_linear(x, l->prepared, add_bias ? &b : NULL, out);
+    qk_tensor xp;
+    void *buf;
+    qk_status st = qk_mx_linear_pad_input(l, x, &xp, &buf);
+    if (st == QK_OK) st = qk_mxfp8_linear(&xp, l->prepared, add_bias ? &b : NULL, out);
+    free(buf);
+    return st;
 }

@@ -5,6 +5,7 @@
  * io linear's own prepared weight) and for the other backends the layer may run, and
  * forward runs the one the registry selects. Every failure leaves the layer unchanged. */
 #include "serve/serve_internal.h"
+#include "io/io_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -160,7 +161,7 @@ qk_status qk_mxfp8_linear_layer_process_weights_after_loading(qk_mxfp8_linear_la
 
     if ((st = qk_mxfp8_linear_layer_precheck(l)) != QK_OK) return st;
     const qk_tp_part *part = qk_mx_linear_part(l->io);
-    qk_serve_weight *w = qk_serve_weight_new(part->n, part->k);
+    qk_serve_weight *w = qk_serve_weight_new(part->n, part->pad + part->k);
     if (!w) return qk_fail(QK_ERR_NOMEM, "%s: out of memory", who);
     if (extra) {
         qk_tensor q, s;
@@ -193,8 +194,13 @@ qk_status qk_mxfp8_linear_layer_forward(const qk_mxfp8_linear_layer *l, qk_backe
     const bool add_bias = l->has_bias && (l->tp.kind != QK_TP_ROW || l->tp.rank == 0);
     qk_tensor bias;
     if (add_bias && qk_mx_linear_placeholder(l->io, "bias", &bias) != QK_OK) return QK_ERR_INVALID_ARGUMENT;
-    qk_status st = qk_serve_mxfp8_linear(b != QK_BACKEND_DEFAULT ? b : l->opt.backend, x, l->w,
-                                         add_bias ? &bias : NULL, out);
+    qk_tensor xp;
+    void *buf;
+    qk_status st = qk_mx_linear_pad_input(l->io, x, &xp, &buf);
+    if (st == QK_OK)
+        st = qk_serve_mxfp8_linear(b != QK_BACKEND_DEFAULT ? b : l->opt.backend, &xp, l->w,
+                                   add_bias ? &bias : NULL, out);
+    free(buf);
     if (st != QK_OK) {
         char msg[600];
         snprintf(msg, sizeof msg, "%s", qk_last_error());
