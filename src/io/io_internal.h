@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 /* The activation a linear's rank part takes: x itself, or (QK_TP_SHARED_BLOCK with pad > 0)
@@ -81,6 +82,10 @@ QK_HIDDEN void qk_st_index_free(qk_st_index *idx);
 /* ---- files ---- */
 /* Reads a whole small file (at most max bytes) into a malloc'd buffer. */
 QK_HIDDEN qk_status qk_io_read_small(const char *path, size_t max, char **buf, size_t *n);
+/* Opens PATH for reading only when it is a regular file (a FIFO, device, socket or folder is
+   QK_ERR_IO naming what it is, without blocking); "permission denied" says so. */
+QK_HIDDEN qk_status qk_io_open_regular(const char *who, const char *path, int *fd, struct stat *st);
+QK_HIDDEN const char *qk_io_file_kind(mode_t m);
 /* The registry of files open through qk_st_open (the inputs a writer must not replace). */
 QK_HIDDEN void qk_io_register_input(dev_t dev, ino_t ino);
 QK_HIDDEN void qk_io_unregister_input(dev_t dev, ino_t ino);

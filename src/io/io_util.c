@@ -97,18 +97,45 @@ void qk_msgs_free(qk_msgs *m)
     memset(m, 0, sizeof *m);
 }
 
+/* ---- opening inputs ---- */
+const char *qk_io_file_kind(mode_t m)
+{
+    return S_ISDIR(m) ? "a folder" : S_ISFIFO(m) ? "a FIFO" : S_ISSOCK(m) ? "a socket"
+         : S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device" : "not a regular file";
+}
+
+/* open(2) without blocking on a FIFO (O_NONBLOCK changes nothing for regular files), then
+   only a regular file is kept */
+qk_status qk_io_open_regular(const char *who, const char *path, int *fd, struct stat *st)
+{
+    *fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (*fd < 0)
+        return qk_fail(QK_ERR_IO, "%s: cannot open %s: %s", who, path,
+                       errno == EACCES ? "permission denied" : strerror(errno));
+    if (fstat(*fd, st) != 0) {
+        const int e = errno;
+        close(*fd);
+        *fd = -1;
+        return qk_fail(QK_ERR_IO, "%s: cannot stat %s: %s", who, path, strerror(e));
+    }
+    if (!S_ISREG(st->st_mode)) {
+        close(*fd);
+        *fd = -1;
+        return qk_fail(QK_ERR_IO, "%s: %s is %s; a checkpoint file must be a regular file", who,
+                       path, qk_io_file_kind(st->st_mode));
+    }
+    return QK_OK;
+}
+
 /* ---- small files ---- */
 qk_status qk_io_read_small(const char *path, size_t max, char **buf, size_t *n)
 {
     *buf = NULL;
     *n = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return qk_fail(QK_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    int fd;
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return qk_fail(QK_ERR_IO, "%s is not a regular file", path);
-    }
+    qk_status os = qk_io_open_regular("read", path, &fd, &st);
+    if (os != QK_OK) return os;
     if ((uint64_t)st.st_size > max) {
         close(fd);
         return qk_fail(QK_ERR_FORMAT, "%s is %lld bytes, more than the %zu-byte limit for this file",

@@ -203,6 +203,16 @@ static bool qk_ms_exists(const char *p)
     return stat(p, &sb) == 0;
 }
 
+/* the folder's files can be looked up at all (a mode-000 folder, say, cannot) */
+static qk_status qk_ms_access(const char *dir, const char *desc)
+{
+    struct stat sb;
+    if (stat(desc, &sb) != 0 && errno != ENOENT)
+        return qk_fail(QK_ERR_IO, "qk_ms_open: cannot look into %s: %s", dir,
+                       errno == EACCES ? "permission denied" : strerror(errno));
+    return QK_OK;
+}
+
 qk_status qk_ms_open(const char *dir, unsigned flags, qk_ms_model **out)
 {
     if (!out) return qk_fail(QK_ERR_INVALID_ARGUMENT, "qk_ms_open: out is NULL");
@@ -221,6 +231,7 @@ qk_status qk_ms_open(const char *dir, unsigned flags, qk_ms_model **out)
         st = qk_fail(QK_ERR_NOMEM, "qk_ms_open: out of memory");
         goto done;
     }
+    if ((st = qk_ms_access(dir, desc)) != QK_OK) goto done;
     /* msModelSlim's alternative names, each where the usual one is absent */
     static const char *const alt[3][2] = {{QK_MS_DESC_FILE, QK_MS_DESC_ALT},
                                           {QK_MS_INDEX, QK_MS_INDEX_ALT},

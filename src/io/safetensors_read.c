@@ -382,18 +382,10 @@ qk_status qk_st_open(const char *path, qk_st_file **out)
     if (!out) return qk_fail(QK_ERR_INVALID_ARGUMENT, "qk_st_open: out is NULL");
     *out = NULL;
     if (!path) return qk_fail(QK_ERR_INVALID_ARGUMENT, "qk_st_open: path is NULL");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return qk_fail(QK_ERR_IO, "qk_st_open: cannot open %s: %s", path, strerror(errno));
+    int fd;
     struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        int e = errno;
-        close(fd);
-        return qk_fail(QK_ERR_IO, "qk_st_open: cannot stat %s: %s", path, strerror(e));
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return qk_fail(QK_ERR_IO, "qk_st_open: %s is not a regular file", path);
-    }
+    qk_status os = qk_io_open_regular("qk_st_open", path, &fd, &sb);
+    if (os != QK_OK) return os;
     if ((uint64_t)sb.st_size < 8) {
         close(fd);
         return FMT_FAIL("%s: file is %lld bytes, shorter than 8 (rule: a file starts with an 8-byte "

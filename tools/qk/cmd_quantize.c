@@ -23,6 +23,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <dirent.h>
+#include <signal.h>
 #include <limits.h>
 #include <time.h>
 #include <unistd.h>
@@ -126,8 +127,38 @@ static void quant_rows(const void *vctx, int64_t begin, int64_t end)
     }
 }
 
+/* "<name>_scale", for names of any length */
+static char *scale_name_of(const char *name)
+{
+    size_t n = strlen(name);
+    char *s = malloc(n + 7);
+    if (s) {
+        memcpy(s, name, n);
+        memcpy(s + n, "_scale", 7);
+    }
+    return s;
+}
+
+/* the first NaN/Inf among n elements of a 16/32-bit float dtype, or -1 */
+static int64_t first_nonfinite(const char *p, qk_dtype dt, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        if (dt == QK_DTYPE_F32) {
+            uint32_t u;
+            memcpy(&u, p + 4 * i, 4);
+            if ((u & 0x7f800000u) == 0x7f800000u) return i;
+        } else {
+            uint16_t h;
+            memcpy(&h, p + 2 * i, 2);
+            const uint16_t e = dt == QK_DTYPE_BF16 ? 0x7f80u : 0x7c00u;
+            if ((h & e) == e) return i;
+        }
+    }
+    return -1;
+}
+
 static int quantize_tensor(const qk_st_info *t, const char *scale_name, qk_st_writer *w,
-                           const qk_mx_options *opt, progress *pg)
+                           const qk_mx_options *opt, bool allow_nonfinite, progress *pg)
 {
     int64_t N = t->shape[0], K = t->shape[1], kb = (K + QK_MX_BLOCK - 1) / QK_MX_BLOCK;
     size_t esz = t->elem_size;
@@ -152,6 +183,15 @@ static int quantize_tensor(const qk_st_info *t, const char *scale_name, qk_st_wr
         if (misaligned) {
             memcpy(xb, src, (size_t)(nr * row_bytes));
             src = xb;
+        }
+        const int64_t bad = allow_nonfinite ? -1 : first_nonfinite(src, t->dtype, nr * K);
+        if (bad >= 0) {
+            fprintf(stderr, "%sqk quantize: %s has a NaN or Inf at [%lld, %lld]: its block would get a "
+                    "NaN scale, which loaders refuse; fix the checkpoint, or pass --allow-nonfinite to "
+                    "write it anyway\n", pg->on ? "\n" : "", t->name, (long long)(r0 + bad / K),
+                    (long long)(bad % K));
+            rc = 1;
+            break;
         }
         quant_ctx c = {src, t->dtype, K, kb, esz, opt, q, s, &lock, &st, msg};
         qk_parallel_for(nr, row_bytes, 1 << 18, quant_rows, &c);
@@ -366,6 +406,90 @@ static int copy_servable_files(const char *src, const char *out, const file_id *
     return err;
 }
 
+/* ---- staging: everything is written into a temporary folder, published at the end ----
+ * A new OUT_DIR is staged as a sibling ".qk-quantize.<pid>.XXXXXX" and renamed into place in
+ * one step; into an existing one, the staged files are renamed in, the description last. A
+ * failure removes the staging folder, so no half-written output is ever left for `qk inspect`
+ * to accept; staging folders of dead runs (their pid is gone) are removed first. */
+#define STAGE_PREFIX ".qk-quantize."
+
+static void remove_tree1(const char *dir) /* a staging folder: files, one level */
+{
+    DIR *d = opendir(dir);
+    if (d) {
+        for (struct dirent *e; (e = readdir(d));) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            char p[4200];
+            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+            unlink(p);
+        }
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
+static void remove_stale_stages(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (strncmp(e->d_name, STAGE_PREFIX, strlen(STAGE_PREFIX))) continue;
+        const long pid = strtol(e->d_name + strlen(STAGE_PREFIX), NULL, 10);
+        if (pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        char p[4200];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        remove_tree1(p);
+    }
+    closedir(d);
+}
+
+/* publishes stage into out: one rename when out is new (sibling), else file by file with
+   the description last */
+static int publish(const char *stage, const char *out, bool sibling, const file_id *ids, size_t nin)
+{
+    if (sibling) {
+        if (rename(stage, out) == 0) return 0;
+        fprintf(stderr, "qk quantize: cannot move %s to %s: %s\n", stage, out, strerror(errno));
+        return 1;
+    }
+    /* an earlier run's weights that this one does not replace (another shard count) go, so
+       that the folder never mixes two runs */
+    DIR *o = opendir(out);
+    for (struct dirent *e; o && (e = readdir(o));) {
+        if (strncmp(e->d_name, "quant_model_weights", 19)) continue;
+        char a[4200], b[4200];
+        snprintf(a, sizeof a, "%s/%s", stage, e->d_name);
+        snprintf(b, sizeof b, "%s/%s", out, e->d_name);
+        struct stat sb, ob;
+        bool input = false;
+        if (stat(b, &ob) == 0)
+            for (size_t i = 0; i < nin; i++) input |= ids[i].dev == ob.st_dev && ids[i].ino == ob.st_ino;
+        if (stat(a, &sb) != 0 && !input) unlink(b);
+    }
+    if (o) closedir(o);
+    DIR *d = opendir(stage);
+    if (!d) return 1;
+    int err = 0;
+    for (int pass = 0; pass < 2 && !err; pass++) {
+        rewinddir(d);
+        for (struct dirent *e; !err && (e = readdir(d));) {
+            if (e->d_name[0] == '.') continue;
+            const bool desc = !strcmp(e->d_name, "quant_model_description.json");
+            if (desc != (pass == 1)) continue;
+            char a[4200], b[4200];
+            snprintf(a, sizeof a, "%s/%s", stage, e->d_name);
+            snprintf(b, sizeof b, "%s/%s", out, e->d_name);
+            if (rename(a, b) != 0) {
+                fprintf(stderr, "qk quantize: cannot move %s to %s: %s\n", a, b, strerror(errno));
+                err = 1;
+            }
+        }
+    }
+    closedir(d);
+    if (!err) rmdir(stage);
+    return err;
+}
+
 static int usage(FILE *f)
 {
     fprintf(f,
@@ -382,6 +506,7 @@ static int usage(FILE *f)
             "  --exclude REGEX           keep matching tensors FLOAT (repeatable)\n"
             "  --force                   replace existing output files (never the input)\n"
             "  --quiet                   no progress bar\n"
+            "  --allow-nonfinite         quantize weights holding NaN/Inf (refused by default)\n"
             "Beside the weights it copies the input folder's config.json (without\n"
             "quantization_config), generation_config.json, tokenizer and processor files, *.py,\n"
             "*.txt and *.jinja, so that the output folder is servable as it stands.\n"
@@ -435,7 +560,7 @@ int qk_cmd_quantize(int argc, char **argv)
     opt.scale_rule = QK_MX_SCALE_MODELSLIM;
     opt.round = QK_ROUND_NEAREST_AWAY;
     uint64_t shard_size = 4000000000ull;
-    bool force = false, quiet = false;
+    bool force = false, quiet = false, allow_nonfinite = false;
     selection sel = {calloc((size_t)argc, sizeof(regex_t)), calloc((size_t)argc, sizeof(regex_t)), 0, 0};
     int rc = 2;
     if (!sel.inc || !sel.exc) goto done;
@@ -444,6 +569,7 @@ int qk_cmd_quantize(int argc, char **argv)
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { rc = usage(stdout); goto done; }
         if (!strcmp(a, "--force")) { force = true; continue; }
         if (!strcmp(a, "--quiet")) { quiet = true; continue; }
+        if (!strcmp(a, "--allow-nonfinite")) { allow_nonfinite = true; continue; }
         if (!strncmp(a, "--scale-rule", 12)) {
             v = opt_value(argc, argv, &i, "--scale-rule");
             if (v && !strcmp(v, "floor")) opt.scale_rule = QK_MX_SCALE_FLOOR;
@@ -507,6 +633,20 @@ int qk_cmd_quantize(int argc, char **argv)
     size_t *shard_of = calloc(nt + 1, sizeof *shard_of), nf = 1;
     json_t *desc = json_object(), *wmap = json_object();
     int err = !ids || !obytes || !shard_of || !desc || !wmap;
+    if (!err && nt == 0) {
+        fprintf(stderr, "qk quantize: %s holds no tensors (an empty weight_map?); nothing to quantize\n", in);
+        err = 1;
+    }
+    for (size_t i = 0; !err && i < nt; i++) {
+        qk_st_info t;
+        qk_st_set_info_at(set, i, &t);
+        if (t.dtype == QK_DTYPE_F8_E4M3 || t.dtype == QK_DTYPE_F8_E5M2 || t.dtype == QK_DTYPE_U8 ||
+            t.dtype == QK_DTYPE_E8M0 || t.dtype == QK_DTYPE_I8) {
+            fprintf(stderr, "qk quantize: %s is already quantized: tensor %s is %s; quantize the "
+                    "BF16/F16/F32 original instead\n", in, t.name, t.dtype_name);
+            err = 1;
+        }
+    }
     uint64_t acc = 0, out_total = 0;
     for (size_t i = 0; !err && i < nt; i++) {
         qk_st_info t;
@@ -536,13 +676,37 @@ int qk_cmd_quantize(int argc, char **argv)
         struct stat sb;
         if (stat(qk_st_set_index_path(set), &sb) == 0) ids[nin++] = (file_id){sb.st_dev, sb.st_ino};
     }
-    if (!err && mkdirs(out) != 0) {
-        fprintf(stderr, "qk quantize: cannot create %s: %s\n", out, strerror(errno));
+    /* where the files are written first (see "staging" above) */
+    char stage[4200] = "";
+    struct stat osb;
+    const bool sibling = stat(out, &osb) != 0;
+    if (!err && !sibling && !S_ISDIR(osb.st_mode)) {
+        fprintf(stderr, "qk quantize: %s exists and is not a folder\n", out);
         err = 1;
     }
-    char descpath[4096], indexpath[4096];
+    if (!err) {
+        char *parent = sibling ? input_folder(out) : strdup(out);
+        if (!parent || (sibling && mkdirs(parent) != 0)) {
+            fprintf(stderr, "qk quantize: cannot create %s: %s\n", parent ? parent : out, strerror(errno));
+            err = 1;
+        } else {
+            remove_stale_stages(parent);
+            if (!sibling) remove_stale_stages(out);
+            snprintf(stage, sizeof stage, "%s/" STAGE_PREFIX "%ld.XXXXXX", parent, (long)getpid());
+            if (!mkdtemp(stage)) {
+                fprintf(stderr, "qk quantize: cannot create a staging folder in %s: %s\n", parent,
+                        strerror(errno));
+                stage[0] = 0;
+                err = 1;
+            }
+        }
+        free(parent);
+    }
+    char descpath[4096], indexpath[4096], sdesc[4400], sindex[4400];
     snprintf(descpath, sizeof descpath, "%s/quant_model_description.json", out);
     snprintf(indexpath, sizeof indexpath, "%s/quant_model_weights.safetensors.index.json", out);
+    snprintf(sdesc, sizeof sdesc, "%s/quant_model_description.json", stage);
+    snprintf(sindex, sizeof sindex, "%s/quant_model_weights.safetensors.index.json", stage);
     for (size_t f = 0; !err && f < nf; f++) {
         char buf[4200];
         if (nf == 1) snprintf(buf, sizeof buf, "%s/quant_model_weights.safetensors", out);
@@ -575,7 +739,9 @@ int qk_cmd_quantize(int argc, char **argv)
         size_t last = first;
         while (last < nt && shard_of[last] == f) last++;
         qk_st_writer *w = NULL;
-        if (qk_st_writer_create(names[f], force ? QK_ST_WRITE_REPLACE : 0, &w) != QK_OK) {
+        char staged[4600];
+        snprintf(staged, sizeof staged, "%s/%s", stage, strrchr(names[f], '/') + 1);
+        if (qk_st_writer_create(staged, 0, &w) != QK_OK) {
             fprintf(stderr, "qk quantize: %s\n", qk_last_error());
             err = 1;
             break;
@@ -594,15 +760,20 @@ int qk_cmd_quantize(int argc, char **argv)
             qk_st_set_info_at(set, i, &t);
             qk_status st;
             if (selected(&sel, &t)) {
-                char sn[2048];
-                snprintf(sn, sizeof sn, "%.*s_scale", (int)strlen(t.name), t.name);
+                char *sn = scale_name_of(t.name);
                 int64_t ss[2] = {t.shape[0], (t.shape[1] + QK_MX_BLOCK - 1) / QK_MX_BLOCK};
-                st = qk_st_writer_declare(w, t.name, "F8_E4M3", 2, t.shape, NULL);
+                st = sn ? qk_st_writer_declare(w, t.name, "F8_E4M3", 2, t.shape, NULL) : QK_ERR_NOMEM;
                 if (st == QK_OK) st = qk_st_writer_declare(w, sn, "U8", 2, ss, NULL);
+                if (!sn) {
+                    fprintf(stderr, "qk quantize: out of memory\n");
+                    err = 1;
+                    break;
+                }
                 json_object_set_new(desc, t.name, json_string("W8A8_MXFP8"));
                 json_object_set_new(desc, sn, json_string("W8A8_MXFP8"));
                 json_object_set_new(wmap, t.name, json_string(base));
                 json_object_set_new(wmap, sn, json_string(base));
+                free(sn);
             } else {
                 bool to_f32 = ends_with(t.name, ".bias") &&
                               (t.dtype == QK_DTYPE_BF16 || t.dtype == QK_DTYPE_F16);
@@ -621,9 +792,9 @@ int qk_cmd_quantize(int argc, char **argv)
             qk_st_set_info_at(set, i, &t);
             progress_show(&pg, t.name, false);
             if (selected(&sel, &t)) {
-                char sn[2048];
-                snprintf(sn, sizeof sn, "%s_scale", t.name);
-                err = quantize_tensor(&t, sn, w, &opt, &pg);
+                char *sn = scale_name_of(t.name);
+                err = sn ? quantize_tensor(&t, sn, w, &opt, allow_nonfinite, &pg) : 1;
+                free(sn);
                 nq++;
             } else {
                 bool to_f32 = ends_with(t.name, ".bias") &&
@@ -644,22 +815,24 @@ int qk_cmd_quantize(int argc, char **argv)
         json_t *idx = json_pack("{s:{s:I}, s:O}", "metadata", "total_size", (json_int_t)out_total,
                                 "weight_map", wmap);
         char *text = idx ? json_dumps(idx, JSON_INDENT(2)) : NULL;
-        if (!text || qk_write_file_atomic(indexpath, text, strlen(text), force ? QK_ST_WRITE_REPLACE : 0) != QK_OK) {
+        if (!text || qk_write_file_atomic(sindex, text, strlen(text), 0) != QK_OK) {
             fprintf(stderr, "qk quantize: %s\n", text ? qk_last_error() : "cannot encode the index");
             err = 1;
         }
         free(text);
         json_decref(idx);
     }
-    if (!err && src_dir && copy_servable_files(src_dir, out, ids, nin, force, false) != 0) err = 1;
+    if (!err && src_dir && copy_servable_files(src_dir, stage, ids, nin, false, false) != 0) err = 1;
     if (!err) {
         char *text = json_dumps(desc, JSON_INDENT(2));
-        if (!text || qk_write_file_atomic(descpath, text, strlen(text), force ? QK_ST_WRITE_REPLACE : 0) != QK_OK) {
+        if (!text || qk_write_file_atomic(sdesc, text, strlen(text), 0) != QK_OK) {
             fprintf(stderr, "qk quantize: %s\n", text ? qk_last_error() : "cannot encode the description");
             err = 1;
         }
         free(text);
     }
+    if (!err && stage[0]) err = publish(stage, out, sibling, ids, nin);
+    if (err && stage[0]) remove_tree1(stage); /* nothing half-written is left */
     if (pg.on) {
         if (!err) pg.done = pg.total;
         progress_show(&pg, err ? "failed" : "done", true);
