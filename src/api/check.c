@@ -1,6 +1,7 @@
 /* Argument checks shared by the API entry points (see check.h). */
 #include "api/check.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 
 qk_status qk_check_tensor(const char *fn, const char *name, const qk_tensor *t)
@@ -9,10 +10,35 @@ qk_status qk_check_tensor(const char *fn, const char *name, const qk_tensor *t)
     if (t->ndim < 1 || t->ndim > QK_MAX_DIMS)
         return qk_fail(QK_ERR_SHAPE, "%s: %s has ndim %d; expected 1..%d", fn, name,
                        (int)t->ndim, QK_MAX_DIMS);
-    for (int32_t d = 0; d < t->ndim; d++)
+    /* api.md's limits: the product of the non-zero dims fits in int64 (so no element count
+       or row count overflows), and a tensor with elements spans at most INT64_MAX bytes */
+    int64_t prod = 1;
+    bool empty = false;
+    for (int32_t d = 0; d < t->ndim; d++) {
         if (t->shape[d] < 0)
             return qk_fail(QK_ERR_SHAPE, "%s: %s has negative dim %d (%lld)", fn, name, (int)d,
                            (long long)t->shape[d]);
+        if (t->shape[d] == 0) empty = true;
+        else if (__builtin_mul_overflow(prod, t->shape[d], &prod))
+            return qk_fail(QK_ERR_SHAPE, "%s: %s's dims multiply to more than INT64_MAX elements "
+                           "(rule: dims and byte spans must fit in int64)", fn, name);
+    }
+    if (empty) return QK_OK;
+    int64_t span = 0;
+    for (int32_t d = 0; d < t->ndim; d++) {
+        if (t->shape[d] == 1) continue;
+        int64_t a, p;
+        if (t->stride[d] == INT64_MIN || (a = llabs(t->stride[d]), __builtin_mul_overflow(a, t->shape[d] - 1, &p)) ||
+            __builtin_add_overflow(span, p, &span))
+            return qk_fail(QK_ERR_LAYOUT, "%s: %s's dim %d has stride %lld, so the tensor spans more "
+                           "than INT64_MAX elements (rule: dims and byte spans must fit in int64)", fn,
+                           name, (int)d, (long long)t->stride[d]);
+    }
+    const int64_t es = qk_dtype_size(t->dtype) ? (int64_t)qk_dtype_size(t->dtype) : 1;
+    int64_t bytes;
+    if (__builtin_add_overflow(span, 1, &span) || __builtin_mul_overflow(span, es, &bytes))
+        return qk_fail(QK_ERR_LAYOUT, "%s: %s spans more than INT64_MAX bytes (rule: dims and byte "
+                       "spans must fit in int64)", fn, name);
     return QK_OK;
 }
 

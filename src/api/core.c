@@ -125,7 +125,8 @@ qk_tensor qk_tensor_make(void *data, qk_dtype dtype, int32_t ndim, const int64_t
     for (int32_t d = ndim - 1; d >= 0; d--) {
         t.shape[d] = shape[d];
         t.stride[d] = s;
-        s *= shape[d] > 0 ? shape[d] : 1;
+        /* a shape whose elements do not fit int64 saturates: the ops then refuse it */
+        if (__builtin_mul_overflow(s, shape[d] > 0 ? shape[d] : 1, &s)) s = INT64_MAX;
     }
     return t;
 }

@@ -360,6 +360,27 @@ def modelslim_folders():
     expect("ms_ok", "post:%s:80:4" % down, "QK_OK", "-")
     expect("ms_ok", "load:%s:4304:2" % fc2, "QK_OK", "-")
     expect("ms_ok", "inspect", 0, "K=4304")
+    # hostile sizes: a 0-byte F8 weight of shape [0, INT64_MAX] (its block count must not
+    # overflow anywhere), and description keys msModelSlim reserves for KV-cache quantization
+    kmax = (1 << 63) - 1
+    ms_folder("ms_zero_rows_k_int64_max",
+              [(down + ".weight", "F8_E4M3", [0, kmax], b"", "W8A8_MXFP8"),
+               (down + ".weight_scale", "U8", [0, kmax // 32 + 1], b"", "W8A8_MXFP8")])
+    expect("ms_zero_rows_k_int64_max", "ms", "QK_OK", "-")
+    expect("ms_zero_rows_k_int64_max", "inspect", 0, "K=9223372036854775807")
+    ms_folder("ms_reserved_kv_keys", good,
+              extra_desc={"kv_cache_type": "C8", "kv_quant_type": "C8", "fa_quant_type": "FAKQuant"})
+    expect("ms_reserved_kv_keys", "ms", "QK_OK", "-")
+    expect("ms_reserved_kv_keys", "inspect", 0, "K=4304")
+    # msModelSlim's alternative file names
+    ms_folder("ms_alternative_names", good)
+    alt = os.path.join(OUT, "ms_alternative_names")
+    os.rename(os.path.join(alt, "quant_model_description.json"),
+              os.path.join(alt, "quant_model_description_w8a8_mxfp8.json"))
+    os.rename(os.path.join(alt, "quant_model_weights.safetensors"),
+              os.path.join(alt, "quant_model_weight_w8a8_mxfp8.safetensors"))
+    expect("ms_alternative_names", "ms", "QK_OK", "-")
+    expect("ms_alternative_names", "load:%s:4304:2" % fc2, "QK_OK", "-")
 
     ms_folder("ms_desc_names_missing_tensor", linear(down, 4, 80, bias=False),
               extra_desc={down + ".bias": "FLOAT"})

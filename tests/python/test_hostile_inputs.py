@@ -128,3 +128,30 @@ def test_stale_staging_folders_are_removed_and_reruns_do_not_mix(tmp_path):
     assert sorted(f for f in os.listdir(out) if f.startswith("quant_model_weights")) == \
         ["quant_model_weights.safetensors"]
     assert qk("inspect", out).returncode == 0
+
+
+def raw_safetensors(path, header):
+    h = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(h)) + h)
+
+
+def test_demo_model_checks_tensors_before_allocating(tmp_path):
+    """A 285-byte folder whose down_proj claims [1, 2^62, 0] (0 bytes) must not size any
+    placeholder from that claim."""
+    ms = tmp_path / "ms"
+    ms.mkdir()
+    w = "model.layers.0.mlp.down_proj.weight"
+    raw_safetensors(ms / "quant_model_weights.safetensors",
+                    {w: {"dtype": "F8_E4M3", "shape": [1, 1 << 62, 0], "data_offsets": [0, 0]}})
+    (ms / "quant_model_description.json").write_text(json.dumps(
+        {"model_quant_type": "W8A8_MXFP8", "version": "1.0.0", "group_size": 32, "metadata": {},
+         "optional": {}, w: "W8A8_MXFP8"}))
+    r = qk("demo", "--model", ms, timeout=30)
+    assert r.returncode == 1 and "must be in 1.." in r.stderr, r.stderr
+    # shapes that agree with each other but a tensor that is missing
+    t = small(64, 96)
+    t["model.layers.0.post_attention_layernorm.weight"] = torch.zeros(64, dtype=torch.bfloat16)
+    src = bf16_folder(tmp_path / "bf16", t)
+    assert qk("quantize", src, tmp_path / "q", "--quiet").returncode == 0
+    r = qk("demo", "--model", tmp_path / "q", timeout=30)
+    assert r.returncode == 1 and "has no model.layers.0.mlp.up_proj.weight" in r.stderr, r.stderr

@@ -594,6 +594,65 @@ static bool load_f32(const qk_st_set *s, const char *name, int64_t n, float **ou
     return true;
 }
 
+/* Before anything is allocated from a user's folder: every tensor the blocks load exists
+ * with the shape the sizes imply (weights and scales by the loader's own rule), and the
+ * sizes are positive and plausible. A lying header (a 0-byte [1, 2^62, 0] tensor, say)
+ * fails here instead of sizing placeholders. */
+#define DEMO_MAX_DIM ((int64_t)1 << 20)
+static bool check_mlp_tensors(const qk_st_set *s, const qk_qwen35_config *c, bool text, int layer,
+                              bool vision, int block)
+{
+    const int64_t dims[4] = {text ? c->hidden_size : 1, text ? c->intermediate_size : 1,
+                             vision ? c->vision_hidden_size : 1, vision ? c->vision_intermediate_size : 1};
+    for (int i = 0; i < 4; i++)
+        if (dims[i] < 1 || dims[i] > DEMO_MAX_DIM) {
+            fprintf(stderr, "qk demo: the folder's MLP sizes (hidden %lld, intermediate %lld, vision %lld "
+                    "/ %lld) must be in 1..%lld\n", (long long)dims[0], (long long)dims[1],
+                    (long long)dims[2], (long long)dims[3], (long long)DEMO_MAX_DIM);
+            return false;
+        }
+    struct { const char *fmt; int idx; int64_t n, k; bool bias; } want[5] = {
+        {"model.layers.%d.mlp.up_proj", layer, c->intermediate_size, c->hidden_size, false},
+        {"model.layers.%d.mlp.down_proj", layer, c->hidden_size, c->intermediate_size, false},
+        {"model.visual.blocks.%d.mlp.linear_fc1", block, c->vision_intermediate_size, c->vision_hidden_size, true},
+        {"model.visual.blocks.%d.mlp.linear_fc2", block, c->vision_hidden_size, c->vision_intermediate_size, true},
+        {"model.layers.%d.mlp.gate_proj", layer, c->intermediate_size, c->hidden_size, false},
+    };
+    char pre[160], name[200];
+    for (int i = 0; i < 5; i++) {
+        if ((i < 2 || i == 4) ? !text : !vision) continue;
+        snprintf(pre, sizeof pre, want[i].fmt, want[i].idx);
+        if (i == 4 || i == 0) { /* gate_proj + up_proj, or a stacked gate_up_proj */
+            char gu[200];
+            snprintf(gu, sizeof gu, "model.layers.%d.mlp.gate_up_proj.weight", layer);
+            qk_st_info g;
+            if (qk_st_set_find(s, gu, &g) == QK_OK) continue;
+        }
+        static const char *const sfx[3] = {".weight", ".weight_scale", ".bias"};
+        for (int k = 0; k < (want[i].bias ? 3 : 2); k++) {
+            snprintf(name, sizeof name, "%s%s", pre, sfx[k]);
+            qk_st_info t;
+            if (qk_st_set_find(s, name, &t) != QK_OK) {
+                fprintf(stderr, "qk demo: the folder has no %s\n", name);
+                return false;
+            }
+            if (qk_mx_linear_check_tensor(name, t.dtype_name, t.ndim, t.shape, want[i].n, want[i].k) != QK_OK) {
+                fprintf(stderr, "qk demo: %s\n", qk_last_error());
+                return false;
+            }
+        }
+    }
+    if (text) {
+        snprintf(name, sizeof name, "model.layers.%d.post_attention_layernorm.weight", layer);
+        qk_st_info t;
+        if (qk_st_set_find(s, name, &t) != QK_OK || t.ndim != 1 || t.shape[0] != c->hidden_size) {
+            fprintf(stderr, "qk demo: the folder needs %s of shape [%lld]\n", name, (long long)c->hidden_size);
+            return false;
+        }
+    }
+    return true;
+}
+
 static int usage(FILE *f)
 {
     fprintf(f, "usage: qk demo [--model DIR] [--tokens N] [--quick] [--keep]\n"
@@ -726,6 +785,11 @@ int qk_cmd_demo(int argc, char **argv)
             print_found(set);
             goto done;
         }
+    }
+    if (d.dequantized_model && !check_mlp_tensors(set, &cfg, has_text, layer, has_vision, block)) {
+        print_expected(layer, block);
+        print_found(set);
+        goto done;
     }
     qk_layer_options opt = qk_layer_options_default();
     opt.flags = QK_LAYER_ALL_BACKENDS;   /* both backends run the same loaded weights */
