@@ -28,6 +28,7 @@ struct qk_st_writer {
     qk_msgs meta_key, meta_val;
     qk_st_decl *d;
     size_t n, cap;
+    size_t *slot, nslot;    /* open-addressing index of d by name: i + 1, 0 = empty */
     bool started, done, failed;
     int fd;
     char *tmp;
@@ -66,6 +67,7 @@ void qk_st_writer_destroy(qk_st_writer *w)
         free(w->d[i].shape);
     }
     free(w->d);
+    free(w->slot);
     qk_msgs_free(&w->meta_key);
     qk_msgs_free(&w->meta_val);
     free(w->tmp);
@@ -103,11 +105,44 @@ qk_status qk_st_writer_set_metadata(qk_st_writer *w, const char *key, const char
     return QK_OK;
 }
 
+/* names are found by hash, so that declaring and writing n tensors is linear in n */
+static size_t qk_w_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
+    return (size_t)h;
+}
+
 static qk_st_decl *qk_w_find(qk_st_writer *w, const char *name)
 {
-    for (size_t i = 0; i < w->n; i++)
-        if (!strcmp(w->d[i].name, name)) return &w->d[i];
-    return NULL;
+    if (!w->nslot) return NULL;
+    for (size_t i = qk_w_hash(name) & (w->nslot - 1);; i = (i + 1) & (w->nslot - 1)) {
+        if (!w->slot[i]) return NULL;
+        if (!strcmp(w->d[w->slot[i] - 1].name, name)) return &w->d[w->slot[i] - 1];
+    }
+}
+
+/* indexes w->d[idx] (a new name); grows the table to keep it at most half full */
+static bool qk_w_index(qk_st_writer *w, size_t idx)
+{
+    if (2 * (w->n + 1) > w->nslot) {
+        size_t ns = w->nslot ? 2 * w->nslot : 64;
+        size_t *t = calloc(ns, sizeof *t);
+        if (!t) return false;
+        free(w->slot);
+        w->slot = t;
+        w->nslot = ns;
+        for (size_t k = 0; k < w->n; k++) {
+            if (k == idx) continue;
+            size_t i = qk_w_hash(w->d[k].name) & (ns - 1);
+            while (t[i]) i = (i + 1) & (ns - 1);
+            t[i] = k + 1;
+        }
+    }
+    size_t i = qk_w_hash(w->d[idx].name) & (w->nslot - 1);
+    while (w->slot[i]) i = (i + 1) & (w->nslot - 1);
+    w->slot[i] = idx + 1;
+    return true;
 }
 
 qk_status qk_st_writer_declare(qk_st_writer *w, const char *name, const char *dtype_name,
@@ -165,6 +200,11 @@ qk_status qk_st_writer_declare(qk_st_writer *w, const char *name, const char *dt
     d->ndim = ndim;
     d->nbytes = nbytes;
     d->src = data;
+    if (!qk_w_index(w, w->n)) {
+        free(d->name);
+        free(d->shape);
+        return qk_fail(QK_ERR_NOMEM, "%s: out of memory", who);
+    }
     w->n++;
     return QK_OK;
 }
