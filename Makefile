@@ -59,6 +59,7 @@ test: pydeps
 	tests/install/check_install.sh build
 	$(MAKE) pyinstall
 	QK_BUILD=$(CURDIR)/build QK_REQUIRE_PACKAGE=1 $(PYVENV)/bin/python -m pytest -q tests/python
+	tests/fuzz/run.sh 15
 	@echo "make test: all configurations passed"
 
 # ---- the Python package, installed the way a user does (pip install .) into a venv that
