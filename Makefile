@@ -59,6 +59,10 @@ test: pydeps
 	tests/install/check_install.sh build
 	$(MAKE) pyinstall
 	QK_BUILD=$(CURDIR)/build QK_REQUIRE_PACKAGE=1 $(PYVENV)/bin/python -m pytest -q tests/python
+	@echo "== the hostile-input and msModelSlim cases again, on qk built with clang ASan+UBSan (generic) =="
+	QK_BUILD=$(CURDIR)/build-test/clang-generic QK_REQUIRE_PACKAGE=1 ASAN_OPTIONS=detect_leaks=1 \
+	  UBSAN_OPTIONS=print_stacktrace=1 $(PYVENV)/bin/python -m pytest -q tests/python/test_hostile_inputs.py \
+	  tests/python/test_msmodelslim_compat.py
 	tests/fuzz/run.sh 15
 	@echo "make test: all configurations passed"
 

@@ -30,6 +30,10 @@ typedef enum qk_dtype {
     QK_DTYPE_U8, QK_DTYPE_I8, QK_DTYPE_I32, QK_DTYPE_I64,
 } qk_dtype;
 
+/* Limits (every op checks them first): dims are >= 0; the product of the non-zero dims fits in
+   int64 (QK_ERR_SHAPE otherwise); a tensor with elements spans at most INT64_MAX bytes, i.e.
+   (sum over dims of |stride| * (dim - 1) + 1) * element size fits in int64 (QK_ERR_LAYOUT
+   otherwise, which also covers a stride of INT64_MIN). */
 typedef struct qk_tensor {
     void    *data;
     qk_dtype dtype;
