@@ -6,6 +6,7 @@
  * scale bytes at the extremes, NaN/Inf rows, 1 vs 2 threads bit-identical, every bad input
  * of qk_mx_weight_create and qk_mxfp8_linear (named error, nothing written). */
 #include "harness.h"
+#include "mx_oracle.h"
 #include "internal.h"
 #include "norm_check.h"
 #include "ref/mx_ref.h"
@@ -19,38 +20,16 @@ static const int64_t Ks[] = {1, 31, 32, 33, 64, 100, 1152, 4304};
 static const qk_dtype Dt[] = {QK_DTYPE_F32, QK_DTYPE_F16, QK_DTYPE_BF16};
 #define COUNT(a) (int)(sizeof(a) / sizeof((a)[0]))
 
-/* ---- the test's own decoders (mxfp8.md's tables) ---- */
-static double e4m3(uint8_t c)
-{
-    const int s = c >> 7, e = (c >> 3) & 15, m = c & 7;
-    double v;
-    if (e == 15 && m == 7) v = NAN;
-    else if (e == 0) v = ldexp(m, -9);
-    else v = ldexp(1.0 + m / 8.0, e - 7);
-    return s ? -v : v;
-}
-static double e8m0(uint8_t b) { return b == 0xFF ? NAN : ldexp(1.0, b - 127); }
-
-/* qk_mx_quantize with default options over contiguous rows x [rows, K] -> q, s; the
-   reference row quantizer where this build stages no mx_quantize yet. */
+/* Codes and scales come from the test-side oracle (mx_oracle.h), not from the library: x
+   [rows, K] quantized as the linear's activations are (E4M3, FLOOR, nearest even). */
 static qk_status quantize_rows(const void *x, qk_dtype xdt, int64_t rows, int64_t K,
                                uint8_t *q, uint8_t *s)
 {
-    const int64_t kb = (K + 31) / 32;
-    int64_t xs[2] = {rows, K}, ss[2] = {rows, kb};
-    qk_tensor xt = qk_tensor_make((void *)(uintptr_t)x, xdt, 2, xs);
-    qk_tensor qt = qk_tensor_make(q, QK_DTYPE_F8_E4M3, 2, xs);
-    qk_tensor st = qk_tensor_make(s, QK_DTYPE_E8M0, 2, ss);
-    qk_status r = qk_mx_quantize(&xt, NULL, &qt, &st);
-    if (r != QK_ERR_UNSUPPORTED) return r;
-    static int said;
-    if (!said++) qk_test_skip("qk_mx_quantize", "not staged in this build: x quantized with the "
-                              "reference row quantizer");
-    for (int64_t m = 0; m < rows; m++)
-        qk_mx_quantize_row_ref((const char *)x + m * K * (int64_t)t_size(xdt), xdt, K, NULL,
-                               q + m * K, s + m * kb);
+    mxo_quantize_rows(x, xdt, rows, K, q, s);
     return QK_OK;
 }
+#define e4m3 mxo_e4m3
+#define e8m0 mxo_e8m0
 
 static int provider_runs(const qk_provider_set *p)
 {
@@ -63,7 +42,7 @@ typedef struct wdata {
     uint8_t *q, *s;
 } wdata;
 
-/* Codes from quantizing random weights (qk_mx_quantize), rows 2, 39, 76, ... replaced by
+/* Codes from quantizing random weights (the oracle), rows 2, 39, 76, ... replaced by
    random non-NaN codes (subnormals included: tiles holding one take a provider's exact
    decode, the others its fast one), a zero block here and there. */
 static void wdata_make(wdata *w, int64_t N, int64_t K, uint64_t seed)
@@ -80,7 +59,7 @@ static void wdata_make(wdata *w, int64_t N, int64_t K, uint64_t seed)
         for (int64_t k = 0; k < K; k++) row[k] = (float)(qk_rand_normal(&rng) * sd);
         if (n % 11 == 4) for (int64_t k = 0; k < K && k < 32; k++) row[k] = 0.0f;
         qk_status r = quantize_rows(row, QK_DTYPE_F32, 1, K, w->q + n * K, w->s + n * w->kb);
-        CHECK(r == QK_OK, "qk_mx_quantize for the weights: %s (%s)", qk_status_name(r),
+        CHECK(r == QK_OK, "oracle quantization of the weights: %s (%s)", qk_status_name(r),
               qk_last_error());
         if (n % 37 == 2) {
             for (int64_t k = 0; k < K; k++) {
@@ -167,14 +146,14 @@ static void fill_x(tbuf *x, int64_t M, int64_t K, uint64_t *rng, int edges)
     }
 }
 
-/* x's codes and scales by qk_mx_quantize (default options): [M][K], [M][kb]. */
+/* x's codes and scales by the oracle (the linear's activation rule): [M][K], [M][kb]. */
 static void quantize_x(const tbuf *x, int64_t M, int64_t K, uint8_t *q, uint8_t *s)
 {
     const int64_t kb = (K + 31) / 32, es = (int64_t)t_size(x->t.dtype);
     for (int64_t m = 0; m < M; m++) {
         qk_status r = quantize_rows((const char *)x->t.data + row_off(&x->t, m) * es, x->t.dtype,
                                     1, K, q + m * K, s + m * kb);
-        CHECK(r == QK_OK, "qk_mx_quantize of x: %s (%s)", qk_status_name(r), qk_last_error());
+        CHECK(r == QK_OK, "oracle quantization of x: %s (%s)", qk_status_name(r), qk_last_error());
     }
 }
 
@@ -318,7 +297,8 @@ static void test_linear_vision_mlp_shapes(void)
     }
 }
 
-/* The linear's activation quantization is qk_mx_quantize's, bit for bit: with an identity
+/* The linear's activation quantization is the oracle's (and so, by test_mx_quantize,
+   qk_mx_quantize's with default options), bit for bit: with an identity
    weight (code 1.0 at [n][n], scale byte 127) and F32 out, out[m][n] is exactly
    dec(qx[m][n]) * 2^(sx - 127) from qk_mx_quantize's codes. x holds ties, values that
    saturate under FLOOR, signed zeros and a wide exponent range. */
@@ -358,7 +338,7 @@ static void test_linear_activation_is_qk_mx_quantize(void)
                     const float got = ((const float *)o.t.data)[m * N + n];
                     if (fabsf(want) != fabsf(got) || (want != 0 && want != got)) {
                         if (bad++ < 3)
-                            CHECK(0, "%s x=%s: out[%lld][%lld] = %a, qk_mx_quantize gives %a", p->name,
+                            CHECK(0, "%s x=%s: out[%lld][%lld] = %a, the oracle gives %a", p->name,
                                   qk_dtype_name(Dt[di]), (long long)m, (long long)n, (double)got,
                                   (double)want);
                     }
@@ -720,6 +700,7 @@ static void test_linear_call_errors(void)
 int main(void)
 {
     qk_test_require_cpu("test_linear");
+    mx_oracle_init();
     RUN(test_linear_weight_create_errors);
     RUN(test_linear_call_errors);
     RUN(test_linear_activation_is_qk_mx_quantize);

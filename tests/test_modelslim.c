@@ -12,6 +12,7 @@
 #include "io_test_util.h"
 
 #include "harness.h"
+#include "mx_oracle.h"
 #include "qkern_io.h"
 #include "qkern_serve.h"
 
@@ -29,32 +30,10 @@ static qk_status status_of(const char *name)
     return (qk_status)-1;
 }
 
-/* ---- an independent MXFP8 reference (mxfp8.md), in double ---- */
-static double e4m3_value(uint8_t c)
-{
-    int s = c >> 7, e = (c >> 3) & 15, m = c & 7;
-    if (e == 15 && m == 7) return NAN;
-    double v = e == 0 ? ldexp(m, -9) : ldexp(1.0 + m / 8.0, e - 7);
-    return s ? -v : v;
-}
+/* ---- the MXFP8 reference: the test-side oracle (mx_oracle.h) ---- */
+#define e4m3_value mxo_e4m3
 
 static bool e4m3_is_nan(uint8_t c) { return (c & 0x7f) == 0x7f; }
-
-/* nearest E4M3 code by search over the finite magnitudes; ties to even or away */
-static uint8_t e4m3_encode(double v, bool away)
-{
-    uint8_t sign = (signbit(v) ? 0x80 : 0);
-    double a = fabs(v);
-    if (a >= 448.0) return sign | 0x7e;
-    uint8_t lo = 0;
-    for (uint8_t c = 0; c <= 0x7e; c++)
-        if (e4m3_value(c) <= a) lo = c;
-    if (e4m3_value(lo) == a) return sign | lo;
-    uint8_t hi = (uint8_t)(lo + 1);
-    double dl = a - e4m3_value(lo), dh = e4m3_value(hi) - a;
-    uint8_t c = dl < dh ? lo : dh < dl ? hi : away ? hi : (lo & 1) ? hi : lo;
-    return sign | c;
-}
 
 /* quantizes one row of K values: q (K codes) and scales (ceil(K/32) bytes) */
 static void ref_quantize_row(const double *x, int64_t K, bool rceil, bool away, uint8_t *q, uint8_t *s)
@@ -63,27 +42,14 @@ static void ref_quantize_row(const double *x, int64_t K, bool rceil, bool away, 
         int64_t k0 = j * 32, k1 = k0 + 32 < K ? k0 + 32 : K;
         double amax = 0;
         for (int64_t k = k0; k < k1; k++) amax = fmax(amax, fabs(x[k]));
-        int e;
-        if (amax == 0) {
-            e = -127;
-        } else if (!rceil) {
-            int ex;
-            frexp(amax, &ex);
-            e = ex - 1 - 8;
-            if (e < -127) e = -127;
-            if (e > 127) e = 127;
-        } else {
-            float inv = (float)(1.0 / 448.0);
-            float descale = (float)amax * inv;
-            e = -127;
-            while (e < 127 && ldexp(1.0, e) < (double)descale) e++;
-        }
-        s[j] = (uint8_t)(e + 127);
-        for (int64_t k = k0; k < k1; k++) q[k] = e4m3_encode(ldexp(x[k], -e), away);
+        const int b = mxo_scale(amax, rceil ? QK_MX_SCALE_RCEIL : QK_MX_SCALE_FLOOR, &E4M3);
+        s[j] = (uint8_t)b;
+        for (int64_t k = k0; k < k1; k++)
+            q[k] = (uint8_t)mxo_encode(&E4M3, ldexp(x[k], 127 - b),
+                                       away ? QK_ROUND_NEAREST_AWAY : QK_ROUND_NEAREST_EVEN);
     }
 }
 
-/* out[m][n] of the W8A8 linear (x quantized FLOOR/RNE), in double; also sum |terms| */
 static void ref_linear(const double *x, int64_t M, int64_t K, const uint8_t *qw, const uint8_t *sw,
                        int64_t N, const float *bias, double *out, double *mag)
 {
@@ -1014,6 +980,7 @@ static void test_tool_quantize(void)
 int main(void)
 {
     qk_test_require_cpu("test_modelslim");
+    mx_oracle_init();
     scratch_dir(scratch, sizeof scratch, "ms");
     if (!scratch[0]) return 1;
     RUN(test_corpus_modelslim);

@@ -10,156 +10,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-/* ---------------------------------------------------------------------------------------
- * The independent reference
- * ------------------------------------------------------------------------------------- */
-
-typedef struct fmt {
-    qk_dtype dt;
-    int ebits, mbits, bias, emax_elem, maxcode;
-    bool has_inf;
-    double table[256]; /* code -> value */
-} fmt;
-
-static fmt E4M3 = {QK_DTYPE_F8_E4M3, 4, 3, 7, 8, 0x7e, false, {0}};
-static fmt E5M2 = {QK_DTYPE_F8_E5M2, 5, 2, 15, 15, 0x7b, true, {0}};
-
-static void build_table(fmt *f)
-{
-    for (int c = 0; c < 256; c++) {
-        const int s = c >> 7, emask = (1 << f->ebits) - 1, e = (c >> f->mbits) & emask,
-                  m = c & ((1 << f->mbits) - 1);
-        double v;
-        if (f->has_inf && e == emask) v = m ? NAN : INFINITY;
-        else if (!f->has_inf && e == emask && m == (1 << f->mbits) - 1) v = NAN;
-        else if (e == 0) v = ldexp((double)m, 1 - f->bias - f->mbits);
-        else v = ldexp(1.0 + m / (double)(1 << f->mbits), e - f->bias);
-        f->table[c] = s ? -v : v;
-    }
-}
-
-static const fmt *fmt_of(qk_dtype dt) { return dt == QK_DTYPE_F8_E5M2 ? &E5M2 : &E4M3; }
-
-/* nearest code of finite v: search, ties per mode, saturating, sign kept */
-static int t_encode(const fmt *f, double v, qk_round r)
-{
-    const int s = signbit(v) ? 0x80 : 0;
-    const double a = fabs(v);
-    if (a >= f->table[f->maxcode]) return s | f->maxcode;
-    int lo = 0, hi = f->maxcode;
-    while (hi - lo > 1) {
-        const int mid = (lo + hi) / 2;
-        if (f->table[mid] <= a) lo = mid;
-        else hi = mid;
-    }
-    const double m = 0.5 * (f->table[lo] + f->table[hi]);
-    int c = a < m ? lo : a > m ? hi : (r == QK_ROUND_NEAREST_AWAY || (lo & 1)) ? hi : lo;
-    return s | c;
-}
-
-/* the input element as a double, decoded here from its bits */
-static double t_load(const void *p, qk_dtype dt, int64_t i)
-{
-    if (dt == QK_DTYPE_F32) return ((const float *)p)[i];
-    const uint16_t h = ((const uint16_t *)p)[i];
-    if (dt == QK_DTYPE_BF16) {
-        const uint32_t u = (uint32_t)h << 16;
-        float f;
-        memcpy(&f, &u, 4);
-        return f;
-    }
-    const int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
-    double v = e == 31 ? (m ? NAN : INFINITY) : e == 0 ? ldexp(m, -24) : ldexp(1024 + m, e - 25);
-    return s ? -v : v;
-}
-
-/* RNE rounding of a double to a binary format with mbits stored mantissa bits, minimum
-   normal exponent emin and largest finite value maxf; overflow gives inf. */
-static double t_round_ieee(double v, int mbits, int emin, double maxf)
-{
-    if (v == 0 || isnan(v) || isinf(v)) return v;
-    int e = ilogb(v);
-    if (e < emin) e = emin;
-    const double r = ldexp(rint(ldexp(v, mbits - e)), e - mbits);
-    if (fabs(r) > maxf) return copysign(INFINITY, v);
-    return r;
-}
-
-/* The expected output element: dec(q) * 2^(b-127) rounded to f32, then to odt. */
-static double t_dequant(const fmt *f, int code, int b, qk_dtype odt)
-{
-    if (b == 0xff || isnan(f->table[code])) return NAN;
-    double v = (double)(float)(f->table[code] * ldexp(1.0, b - 127)); /* the f32 product */
-    if (odt == QK_DTYPE_BF16) v = t_round_ieee(v, 7, -126, 0x1.fep127);
-    if (odt == QK_DTYPE_F16) v = t_round_ieee(v, 10, -14, 65504.0);
-    return v;
-}
-
-static double t_out_load(const void *p, qk_dtype dt, int64_t i) { return t_load(p, dt, i); }
-
-static const float INV448 = 0x1.24924ap-9f; /* fl32(1/448), 0x3B124925 */
-
-/* v (a normal double) rounded to nearest-even with `bits` significant bits */
-static double t_round_bits(double v, int bits)
-{
-    int e;
-    const double m = frexp(v, &e);
-    return ldexp(nearbyint(ldexp(m, bits)), e - bits);
-}
-
-/* xdt matters to MODELSLIM only: floor(log2(amax)) with log2 rounded to f32, then to xdt
-   (BF16: 8 significant bits, F16: 11); F32 input: FLOOR. */
-static int t_scale_x(double amax, qk_mx_scale_rule rule, const fmt *f, qk_dtype xdt)
-{
-    const int ms = rule == QK_MX_SCALE_MODELSLIM;
-    if (isnan(amax) || isinf(amax)) return ms ? 0x00 : 0xff;
-    if (amax == 0) return 0;
-    int e;
-    if (rule == QK_MX_SCALE_FLOOR || ms) {
-        frexp(amax, &e); /* amax = m * 2^e, m in [0.5, 1) */
-        e = e - 1;
-        if (ms && xdt != QK_DTYPE_F32) {
-            const double l = (double)(float)log2(amax);
-            e = (int)floor(l == 0 ? 0 : t_round_bits(l, xdt == QK_DTYPE_BF16 ? 8 : 11));
-        }
-        e = e - f->emax_elem;
-        if (e < -127) e = -127;
-        if (e > 127) e = 127;
-        return e + 127;
-    }
-    const float inv = f->dt == QK_DTYPE_F8_E5M2 ? (float)(1.0 / 57344.0) : INV448;
-    const float d = (float)(amax * (double)inv); /* exact product, one rounding */
-    for (int b = 0; b < 255; b++)
-        if (ldexp(1.0, b - 127) >= d) return b;
-    return 254;
-}
-
-static int t_scale(double amax, qk_mx_scale_rule rule, const fmt *f)
-{
-    return t_scale_x(amax, rule, f, QK_DTYPE_F32);
-}
-
-/* One row: expected q and scale. */
-static void t_quantize_row(const void *x, qk_dtype xdt, int64_t K, const qk_mx_options *o,
-                           uint8_t *q, uint8_t *scale)
-{
-    const fmt *f = fmt_of(o->elem);
-    for (int64_t k0 = 0, j = 0; k0 < K; k0 += 32, j++) {
-        const int64_t n = K - k0 < 32 ? K - k0 : 32;
-        double amax = 0;
-        for (int64_t i = 0; i < n; i++) {
-            const double a = fabs(t_load(x, xdt, k0 + i));
-            if (isnan(a) || isinf(a)) amax = NAN;
-            else if (!isnan(amax) && a > amax) amax = a;
-        }
-        const int b = t_scale_x(amax, o->scale_rule, f, xdt);
-        scale[j] = (uint8_t)b;
-        const int nan_block = isnan(amax);
-        for (int64_t i = 0; i < n; i++)
-            q[k0 + i] = nan_block ? (o->scale_rule == QK_MX_SCALE_MODELSLIM ? 0xff : 0x7f)
-                                  : (uint8_t)t_encode(f, ldexp(t_load(x, xdt, k0 + i), 127 - b), o->round);
-    }
-}
+#include "mx_oracle.h"
 
 /* ---------------------------------------------------------------------------------------
  * Test data
@@ -300,7 +151,7 @@ static void check_scale(float amax, const char *what)
     for (int e = 0; e < 2; e++)
         for (int r = 0; r < 2; r++) {
             const qk_mx_options o = make_opt(e, r, 0);
-            const int want = t_scale(fabs((double)amax), o.scale_rule, fmt_of(o.elem));
+            const int want = mxo_scale(fabs((double)amax), o.scale_rule, fmt_of(o.elem));
             const int got = qk_e8m0_scale(amax, o.scale_rule, o.elem);
             CHECK(got == want, "%s amax %a (%s): scale 0x%02x, want 0x%02x", what, (double)amax,
                   opt_str(&o), got, want);
@@ -370,7 +221,7 @@ static void check_boundary_rows(qk_mx_quantize_row_fn fn, const char *who)
                 x[b * 32 + (b * 7) % 32] = (b & 16) ? -amax : amax;
             }
             fn(x, QK_DTYPE_F32, K, &o, q, s);
-            t_quantize_row(x, QK_DTYPE_F32, K, &o, eq, es);
+            mxo_quantize_row(x, QK_DTYPE_F32, K, &o, eq, es);
             for (int b = 0; b < NB; b++) {
                 const float amax = fabsf(x[b * 32 + (b * 7) % 32]);
                 CHECK(s[b] == es[b], "%s %s block amax %a: scale 0x%02x want 0x%02x", who, opt_str(&o),
@@ -413,7 +264,7 @@ static void test_scale_rules_through_quantize(void)
     const qk_mx_options o = make_opt(0, 1, 0);
     CHECK(qk_mx_quantize(&tx, &o, &tq, &ts) == QK_OK, "%s", qk_last_error());
     for (int b = 0; b < 4; b++)
-        CHECK(s[b] == t_scale(amax[b], QK_MX_SCALE_RCEIL, &E4M3), "API RCEIL amax %a: 0x%02x", (double)amax[b], s[b]);
+        CHECK(s[b] == mxo_scale(amax[b], QK_MX_SCALE_RCEIL, &E4M3), "API RCEIL amax %a: 0x%02x", (double)amax[b], s[b]);
     CHECK(s[0] == 127 && s[1] == 128 && s[2] == 128, "RCEIL 448 -> 2^0, 448+ulp and 512 -> 2^1");
 }
 
@@ -522,7 +373,7 @@ static void test_quantize_matches_reference_all_options_partial_blocks(void)
                 const qk_status r = qk_mx_quantize(&tx, &o, &tq, &ts);
                 CHECK(r == QK_OK, "%s", qk_last_error());
                 for (int64_t i = 0; i < rows; i++)
-                    t_quantize_row(x + (size_t)(i * 2 * K) * es, xdt, K, &o, eq + i * K, es_ + i * kb);
+                    mxo_quantize_row(x + (size_t)(i * 2 * K) * es, xdt, K, &o, eq + i * K, es_ + i * kb);
                 int bad = 0;
                 for (int64_t i = 0; i < rows * kb && bad < 3; i++)
                     if (s[i] != es_[i]) {
@@ -535,7 +386,7 @@ static void test_quantize_matches_reference_all_options_partial_blocks(void)
                         bad++;
                         CHECK(0, "K=%lld %s %s %s: q[%lld] = 0x%02x, want 0x%02x (x = %a, scale 0x%02x)",
                               (long long)K, qk_dtype_name(xdt), opt_str(&o), DNAMES[kind], (long long)i,
-                              q[i], eq[i], t_load(x + (size_t)(i / K * 2 * K) * es, xdt, i % K),
+                              q[i], eq[i], mxo_load(x + (size_t)(i / K * 2 * K) * es, xdt, i % K),
                               s[i / K * kb + i % K / 32]);
                     }
                 free(x); free(q); free(s); free(eq); free(es_);
@@ -601,7 +452,7 @@ static void test_strided_leading_dims(void)
     for (int a = 0; a < 4; a++)
         for (int b = 0; b < 3; b++) {
             uint8_t eq[65], es[3];
-            t_quantize_row(buf + b * 4 * ld + a * ld, QK_DTYPE_BF16, K, &o, eq, es);
+            mxo_quantize_row(buf + b * 4 * ld + a * ld, QK_DTYPE_BF16, K, &o, eq, es);
             const uint8_t *qr = q + a * 3 * (K + 5) + b * (K + 5), *sr = s + a * 3 * (kb + 2) + b * (kb + 2);
             CHECK(!memcmp(qr, eq, (size_t)K) && !memcmp(sr, es, (size_t)kb), "row [%d, %d] differs", a, b);
             CHECK(qr[K] == 0xaa && sr[kb] == 0xaa, "row [%d, %d]: gap written", a, b);
@@ -615,7 +466,7 @@ static void test_strided_leading_dims(void)
         for (int b = 0; b < 3; b++)
             for (int64_t k = 0; k < K; k++) {
                 const uint8_t c = q[a * 3 * (K + 5) + b * (K + 5) + k], sb = s[a * 3 * (kb + 2) + b * (kb + 2) + k / 32];
-                const double want = t_dequant(&E4M3, c, sb, QK_DTYPE_F32);
+                const double want = mxo_dequant(&E4M3, c, sb, QK_DTYPE_F32);
                 CHECK(out[a * 3 * (K + 3) + b * (K + 3) + k] == want, "dequant [%d,%d,%lld]", a, b, (long long)k);
             }
     free(buf); free(q); free(s); free(out);
@@ -644,8 +495,8 @@ static void check_dequant_exhaustive(qk_mx_dequantize_row_fn fn, const char *who
             int bad = 0;
             for (int b = 0; b < 256 && bad < 5; b++)
                 for (int c = 0; c < 256 && bad < 5; c++) {
-                    const double want = t_dequant(f, q[b][c], b, odt);
-                    const double got = t_out_load(out, odt, b * 256 + c);
+                    const double want = mxo_dequant(f, q[b][c], b, odt);
+                    const double got = mxo_out_load(out, odt, b * 256 + c);
                     bool ok = isnan(want) ? isnan(got) : (got == want && signbit(got) == signbit(want));
                     if (isnan(want)) {
                         /* canonical quiet NaN, so providers agree bit for bit */
@@ -676,7 +527,7 @@ static void test_dequantize_every_code_every_scale(void)
     qk_tensor to = qk_tensor_make(out, QK_DTYPE_F32, 2, shp);
     CHECK(qk_mx_dequantize(&tq, &ts, &to) == QK_OK, "%s", qk_last_error());
     for (int i = 0; i < 64 * 256; i++) {
-        const double want = t_dequant(&E4M3, q[i], s[i / 32], QK_DTYPE_F32);
+        const double want = mxo_dequant(&E4M3, q[i], s[i / 32], QK_DTYPE_F32);
         CHECK(isnan(want) ? isnan(out[i]) : out[i] == want, "API dequant %d", i);
     }
 }
@@ -936,7 +787,7 @@ static void provider_quantize_body(const qk_provider_set *p)
                     memset(s, 0xaa, 256);
                     fn(x, xdt, K, &o, q, s);
                     rf(x, xdt, K, &o, rq, rs);
-                    t_quantize_row(x, xdt, K, &o, tq, ts);
+                    mxo_quantize_row(x, xdt, K, &o, tq, ts);
                     compared++;
                     const bool ok = !memcmp(q, rq, (size_t)K) && !memcmp(s, rs, (size_t)kb);
                     const bool ok_t = !memcmp(rq, tq, (size_t)K) && !memcmp(rs, ts, (size_t)kb);
@@ -950,7 +801,7 @@ static void provider_quantize_body(const qk_provider_set *p)
                         CHECK(ok, "%s vs ref: K=%lld %s %s %s: first difference at %lld (q 0x%02x ref 0x%02x, "
                               "scale 0x%02x ref 0x%02x, x %a)", p->name, (long long)K, qk_dtype_name(xdt),
                               opt_str(&o), DNAMES[kind], (long long)bi, bi >= 0 ? q[bi] : 0, bi >= 0 ? rq[bi] : 0,
-                              bi >= 0 ? s[bi / 32] : 0, bi >= 0 ? rs[bi / 32] : 0, bi >= 0 ? t_load(x, xdt, bi) : 0.0);
+                              bi >= 0 ? s[bi / 32] : 0, bi >= 0 ? rs[bi / 32] : 0, bi >= 0 ? mxo_load(x, xdt, bi) : 0.0);
                         CHECK(ok_t, "ref vs test reference: K=%lld %s %s %s: at %lld (ref 0x%02x want 0x%02x)",
                               (long long)K, qk_dtype_name(xdt), opt_str(&o), DNAMES[kind], (long long)bi,
                               bi >= 0 ? rq[bi] : 0, bi >= 0 ? tq[bi] : 0);
@@ -1035,8 +886,8 @@ static void test_staged_providers_reported(void)
 int main(void)
 {
     qk_test_require_cpu("test_mx_quantize");
-    build_table(&E4M3);
-    build_table(&E5M2);
+    mxo_build_table(&E4M3);
+    mxo_build_table(&E5M2);
     RUN(test_rceil_reciprocal_constant);
     RUN(test_scale_rules_at_power_of_two_boundaries);
     RUN(test_scale_rules_through_quantize);

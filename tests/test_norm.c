@@ -53,6 +53,10 @@ static int64_t row_off(const qk_tensor *t, int64_t i) /* element offset of row i
     return i * t->stride[0];
 }
 
+/* the mean of the values fill() makes (non-zero in the long-row test, where it makes a sum of
+   squares that a single f32 accumulator per lane gets wrong) */
+static double fill_mean;
+
 /* Fill with values exactly representable in dt. kind: 0 normal, rows may be edge rows. */
 static void fill(tbuf *b, int64_t rows, int64_t H, uint64_t *rng, double scale, int edges)
 {
@@ -60,7 +64,7 @@ static void fill(tbuf *b, int64_t rows, int64_t H, uint64_t *rng, double scale, 
     for (int64_t i = 0; i < rows; i++) {
         int row_kind = edges ? (int)(i % 7) : 0; /* 3: zero row, 5: NaN/Inf, 6: wide range */
         for (int64_t k = 0; k < H; k++) {
-            double v = qk_rand_normal(rng) * scale;
+            double v = qk_rand_normal(rng) * scale + fill_mean;
             if (row_kind == 3) v = 0.0;
             if (row_kind == 5 && k == H / 2) v = (i % 2) ? NAN : -INFINITY;
             if (row_kind == 6) v *= ldexp(1.0, (int)(qk_rand_u64(rng) % 40) - 20);
@@ -241,6 +245,29 @@ static void run_op(qk_norm_kind kind)
 }
 
 static void test_rms_norm(void) { run_op(QK_NORM_RMS); }
+
+/* norm.md: the sum of squares keeps its relative error below 2^-22 for every H up to 2^20.
+   Rows of H = 2^20 with mean 4 (every square adds the same sign, so nothing cancels and a
+   single f32 running sum per lane drifts past the F32 bound), F32 and BF16, every provider. */
+static void test_long_rows_nonzero_mean(void)
+{
+    static const qk_norm_kind kinds[2] = {QK_NORM_RMS, QK_NORM_GEMMA};
+    static const qk_dtype dts[2] = {QK_DTYPE_F32, QK_DTYPE_BF16};
+    fill_mean = 4.0;
+    for (int pi = 0; qk_all_providers[pi]; pi++) {
+        const qk_provider_set *p = qk_all_providers[pi];
+        if (!provider_runs(p)) {
+            qk_test_skip(p->name, "this CPU lacks the provider's instructions");
+            continue;
+        }
+        for (int k = 0; k < 2; k++)
+            for (int d = 0; d < 2; d++)
+                if (p->ops.norm[kinds[k]].fn)
+                    check_case(p, kinds[k], dts[d], dts[d], dts[d], 2, (int64_t)1 << 20, L_CONTIG,
+                               1e-6f, 77 + (uint64_t)(2 * k + d));
+    }
+    fill_mean = 0.0;
+}
 static void test_gemma_rms_norm(void) { run_op(QK_NORM_GEMMA); }
 static void test_add_rms_norm(void) { run_op(QK_NORM_ADD_RMS); }
 static void test_add_gemma_rms_norm(void) { run_op(QK_NORM_ADD_GEMMA); }
@@ -442,6 +469,7 @@ int main(void)
         return 1;
     }
     RUN(test_rms_norm);
+    RUN(test_long_rows_nonzero_mean);
     RUN(test_gemma_rms_norm);
     RUN(test_add_rms_norm);
     RUN(test_add_gemma_rms_norm);

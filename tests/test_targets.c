@@ -6,6 +6,13 @@
 
 #include <stdlib.h>
 
+static const qk_provider_set *provider_named(const char *name)
+{
+    for (int p = 0; name && qk_all_providers[p]; p++)
+        if (!strcmp(qk_all_providers[p]->name, name)) return qk_all_providers[p];
+    return NULL;
+}
+
 static void test_table_is_complete(void)
 {
     const qk_target_table *t = &qk_target_table_built;
@@ -28,8 +35,30 @@ static void test_table_is_complete(void)
         CHECK(found, "op %s: staged provider %s is not a compiled provider implementing it",
               qk_op_names[i], prov);
     }
-    /* the norm ops' function pointers are the staged provider's own */
-    for (int k = 0; k < QK_NORM_KINDS; k++) CHECK(t->ops.norm[k].fn != NULL, "norm %d", k);
+    /* every staged function is the named provider's own (a table that ran one provider's
+       kernel under another's name would misreport what runs) */
+    for (int k = 0; k < QK_NORM_KINDS; k++) {
+        const qk_provider_set *p = provider_named(t->ops.norm[k].provider);
+        CHECK(p && t->ops.norm[k].fn && t->ops.norm[k].fn == p->ops.norm[k].fn,
+              "norm %s: the staged function is not %s's own", qk_op_names[k], t->ops.norm[k].provider);
+    }
+    const qk_provider_set *pq = provider_named(t->ops.mx_quantize.provider),
+                          *pd = provider_named(t->ops.mx_dequantize.provider),
+                          *pl = provider_named(t->ops.mxfp8_linear ? t->ops.mxfp8_linear->provider : NULL);
+    CHECK(pq && t->ops.mx_quantize.fn == pq->ops.mx_quantize.fn, "mx_quantize: not %s's own",
+          t->ops.mx_quantize.provider);
+    CHECK(pd && t->ops.mx_dequantize.fn == pd->ops.mx_dequantize.fn, "mx_dequantize: not %s's own",
+          t->ops.mx_dequantize.provider);
+    CHECK(pl && t->ops.mxfp8_linear == pl->ops.mxfp8_linear, "mxfp8_linear: not %s's own",
+          t->ops.mxfp8_linear ? t->ops.mxfp8_linear->provider : "-");
+    /* and the providers each target stages (README's targets table), stated independently */
+    const char *want = !strcmp(t->name, "x86-64-v4") ? "avx512" : !strcmp(t->name, "x86-64-v3") ? "avx2" : "ref";
+    for (int i = 0; qk_op_names[i]; i++) {
+        const char *expect = !strcmp(qk_op_names[i], "mx_pack_scale_pairs") ? "ref" : want;
+        CHECK(qk_provider(qk_op_names[i]) && !strcmp(qk_provider(qk_op_names[i]), expect),
+              "target %s stages %s for %s; its table documents %s", t->name,
+              qk_provider(qk_op_names[i]) ? qk_provider(qk_op_names[i]) : "nothing", qk_op_names[i], expect);
+    }
     CHECK(qk_provider("no_such_op") == NULL, "unknown op must give NULL");
     CHECK(qk_provider(NULL) == NULL, "NULL op must give NULL");
 }
