@@ -42,6 +42,9 @@ static inline int64_t qk_rows_offset(const qk_rows *r, int64_t i)
 /* Leading-dim description of t (all dims but the last), merged where strides allow. */
 QK_HIDDEN qk_rows qk_rows_of(const qk_tensor *t);
 QK_HIDDEN int64_t qk_tensor_rows(const qk_tensor *t);   /* product of leading dims */
+/* ceil(K / 32), the scale blocks of K >= 0 elements, without K + 31 overflowing at INT64_MAX:
+   every block count in the library and the tool is this one expression */
+static inline int64_t qk_mx_blocks(int64_t K) { return K / QK_MX_BLOCK + (K % QK_MX_BLOCK != 0); }
 /* Byte range [lo, hi) spanned by t's elements (empty tensors: lo == hi). */
 QK_HIDDEN void qk_tensor_extent(const qk_tensor *t, uintptr_t *lo, uintptr_t *hi);
 /* true when a and b describe the same memory with the same layout */

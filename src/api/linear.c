@@ -29,7 +29,7 @@ qk_status qk_mx_weight_create_with(const qk_linear_impl *impl, const qk_tensor *
     if (q->ndim != 2 || q->shape[0] < 1 || q->shape[1] < 1)
         return qk_fail(QK_ERR_SHAPE, "%s: q has shape %s; expected [N, K] with N, K >= 1", fn,
                        qk_shape_str(q, a, sizeof a));
-    const int64_t N = q->shape[0], K = q->shape[1], kb = K / QK_MX_BLOCK + (K % QK_MX_BLOCK != 0);
+    const int64_t N = q->shape[0], K = q->shape[1], kb = qk_mx_blocks(K);
     if (scale->dtype != QK_DTYPE_E8M0 && scale->dtype != QK_DTYPE_U8)
         return qk_fail(QK_ERR_DTYPE, "%s: scale has dtype %s; expected F8_E8M0 (or U8 holding "
                        "E8M0 bytes)", fn, qk_dtype_name(scale->dtype));

@@ -15,7 +15,7 @@ qk_mx_options qk_mx_options_default(void)
     return o;
 }
 
-static int64_t blocks_of(int64_t K) { return K / QK_MX_BLOCK + (K % QK_MX_BLOCK != 0); }
+static int64_t blocks_of(int64_t K) { return qk_mx_blocks(K); }
 
 /* ---- argument checks (each names the function and the argument) ---- */
 

@@ -25,7 +25,7 @@ struct qk_mx_linear {
     uint8_t *pairs;                 /* [part.n, ceil(part.kb/2), 2] */
 };
 
-static int64_t qk_ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0); } /* a >= 0 */
+static int64_t qk_ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0); } /* a >= 0, b > 0 */
 
 /* ---- tensor parallelism ---- */
 /* "2176 + 2128 elements (68 + 67 blocks)" for the block-aligned split, or why none exists. */

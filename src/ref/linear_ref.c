@@ -66,7 +66,7 @@ qk_status qk_linear_act_quantize(const qk_linear_call *c, qk_mx_quantize_row_fn 
     memset(a, 0, sizeof *a);
     a->M = c->M;
     a->K = c->K;
-    a->kb = (c->K + QK_MX_BLOCK - 1) / QK_MX_BLOCK;
+    a->kb = qk_mx_blocks(c->K);
     a->qstride = round_up(c->K, qalign);
     a->sstride = round_up(a->kb, salign);
     size_t qbytes = (size_t)round_up(a->M * a->qstride, 64);

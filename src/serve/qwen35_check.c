@@ -131,7 +131,7 @@ double qk_check_e4m3(uint8_t b)
 
 void qk_check_dequantize(const uint8_t *q, const uint8_t *s, int64_t N, int64_t K, float *w)
 {
-    const int64_t kb = (K + 31) / 32;
+    const int64_t kb = qk_mx_blocks(K);
     for (int64_t n = 0; n < N; n++)
         for (int64_t k = 0; k < K; k++) {
             const uint8_t b = s[n * kb + k / 32];
@@ -231,7 +231,7 @@ void qk_check_gelu_tanh_f64(const double *x, int64_t n, double *y)
 qk_status qk_check_quantized_activations(const void *x, qk_dtype dt, int64_t M, int64_t K,
                                          double *xq)
 {
-    const int64_t kb = (K + 31) / 32;
+    const int64_t kb = qk_mx_blocks(K);
     uint8_t *q = malloc((size_t)(M * K) + 1), *s = malloc((size_t)(M * kb) + 1);
     if (!q || !s) {
         free(q);

@@ -139,7 +139,7 @@ static double measure_peak(void) { return NAN; }
 /* ---- weights: codes of quantized N(0, 0.02) rows (a checkpoint's statistics) ---- */
 static void make_weight(int64_t N, int64_t K, uint8_t *q, uint8_t *s)
 {
-    const int64_t kb = (K + 31) / 32;
+    const int64_t kb = qk_mx_blocks(K);
     float *row = malloc(sizeof(float) * (size_t)K);
     qkb_rng r = {0x1234567ull + (uint64_t)N * 31 + (uint64_t)K};
     qk_mx_options opt = qk_mx_options_default();
@@ -296,7 +296,7 @@ static const char *dnnl_dtype_used = "-";
 /* ---- the protocol ---- */
 static void run_shape(bench *bn, int64_t N, int64_t K, const int64_t *ms, int nm, cell *cells)
 {
-    const int64_t kb = (K + 31) / 32;
+    const int64_t kb = qk_mx_blocks(K);
     uint8_t *q = malloc((size_t)(N * K)), *s = malloc((size_t)(N * kb));
     make_weight(N, K, q, s);
     int64_t qs[2] = {N, K}, ss[2] = {N, kb};

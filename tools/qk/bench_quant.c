@@ -170,7 +170,7 @@ static void finish_variant(const bench *bn, call_ctx *x, const qkb_variant *v, r
 
 static void run_cell(const bench *bn, cell *c)
 {
-    c->kb = (c->K + 31) / 32;
+    c->kb = qk_mx_blocks(c->K);
     c->bytes = (size_t)(c->M * (2 * c->K + c->K + c->kb));
     c->res = qkb_rotation(c->bytes, &c->nbuf);
     bufs b;

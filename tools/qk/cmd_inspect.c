@@ -220,7 +220,7 @@ static void analyse_linear(const qk_st_set *s, const qk_ms_desc *desc, linear_re
     r->have_dims = true;
     r->N = w.shape[0];
     r->K = w.shape[1];
-    r->kb = r->K / QK_MX_BLOCK + (r->K % QK_MX_BLOCK != 0); /* K may be INT64_MAX */
+    r->kb = qk_mx_blocks(r->K); /* K may be INT64_MAX */
     if (qk_mx_linear_check_tensor(wn, w.dtype_name, w.ndim, w.shape, r->N, r->K) != QK_OK)
         sl_add(problems, "%s", check_message());
     else if (r->N > 0 && r->K > 0)

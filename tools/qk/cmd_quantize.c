@@ -160,7 +160,7 @@ static int64_t first_nonfinite(const char *p, qk_dtype dt, int64_t n)
 static int quantize_tensor(const qk_st_info *t, const char *scale_name, qk_st_writer *w,
                            const qk_mx_options *opt, bool allow_nonfinite, progress *pg)
 {
-    int64_t N = t->shape[0], K = t->shape[1], kb = (K + QK_MX_BLOCK - 1) / QK_MX_BLOCK;
+    int64_t N = t->shape[0], K = t->shape[1], kb = qk_mx_blocks(K);
     size_t esz = t->elem_size;
     int64_t row_bytes = K * (int64_t)esz, rows = CHUNK_BYTES / row_bytes;
     if (rows < 1) rows = 1;
@@ -653,7 +653,7 @@ int qk_cmd_quantize(int argc, char **argv)
         qk_st_set_info_at(set, i, &t);
         if (selected(&sel, &t))
             obytes[i] = (uint64_t)(t.shape[0] * t.shape[1] +
-                                   t.shape[0] * ((t.shape[1] + QK_MX_BLOCK - 1) / QK_MX_BLOCK));
+                                   t.shape[0] * qk_mx_blocks(t.shape[1]));
         else
             obytes[i] = ends_with(t.name, ".bias") && (t.dtype == QK_DTYPE_BF16 || t.dtype == QK_DTYPE_F16)
                             ? t.nbytes * 2 : t.nbytes;
@@ -761,7 +761,7 @@ int qk_cmd_quantize(int argc, char **argv)
             qk_status st;
             if (selected(&sel, &t)) {
                 char *sn = scale_name_of(t.name);
-                int64_t ss[2] = {t.shape[0], (t.shape[1] + QK_MX_BLOCK - 1) / QK_MX_BLOCK};
+                int64_t ss[2] = {t.shape[0], qk_mx_blocks(t.shape[1])};
                 st = sn ? qk_st_writer_declare(w, t.name, "F8_E4M3", 2, t.shape, NULL) : QK_ERR_NOMEM;
                 if (st == QK_OK) st = qk_st_writer_declare(w, sn, "U8", 2, ss, NULL);
                 if (!sn) {

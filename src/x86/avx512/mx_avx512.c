@@ -308,7 +308,7 @@ AI void quantize_row(const void *x, const qk_dtype xdt, int64_t K, const qk_mx_o
     const int rceil = o->scale_rule == QK_MX_SCALE_RCEIL;
     const int modelslim = o->scale_rule == QK_MX_SCALE_MODELSLIM;
     const uint32_t *ms = modelslim ? qk_mx_modelslim_thresholds(xdt) : NULL;
-    const int64_t nfull = K / 32, kb = (K + 31) / 32;
+    const int64_t nfull = K / 32, kb = qk_mx_blocks(K);
     int64_t j = 0;
     for (; j + 16 <= nfull; j += 16) {
         const __m512i b = scale_bytes(group_amax(x, xdt, j), rceil, e5, ms);
