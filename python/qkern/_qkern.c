@@ -783,7 +783,6 @@ static int alloc_out(const char *fn, const char *name, const arg_tensor *like, q
         Py_DECREF(arr);
         return -1;
     }
-    a->t.dtype = dt == QK_DTYPE_E8M0 ? QK_DTYPE_E8M0 : a->t.dtype;
     *res = arr;
     return 0;
 }

@@ -13,6 +13,7 @@
 
 #include "internal.h"
 #include "qkern_io.h"
+#include "io/io_internal.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -299,9 +300,7 @@ static char *input_folder(const char *in)
 {
     struct stat sb;
     if (stat(in, &sb) == 0 && S_ISDIR(sb.st_mode)) return strdup(in);
-    const char *slash = strrchr(in, '/');
-    if (!slash) return strdup(".");
-    return strndup(in, slash == in ? 1 : (size_t)(slash - in));
+    return qk_io_dirname(in);
 }
 
 /* what an engine needs beside the weights: the model and generation configs, the tokenizer
@@ -317,37 +316,6 @@ static bool servable_name(const char *n)
         if (!strcmp(n, exact[i])) return true;
     return !strncmp(n, "tokenizer", 9) || ends_with(n, ".py") || ends_with(n, ".txt") ||
            ends_with(n, ".jinja");
-}
-
-static char *read_small_file(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = NULL;
-    size_t cap = 0, len = 0;
-    for (;;) {
-        if (len == cap) {
-            char *nb = cap < ((size_t)1 << 30) ? realloc(buf, cap ? 2 * cap : 1 << 16) : NULL;
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                return NULL;
-            }
-            buf = nb;
-            cap = cap ? 2 * cap : 1 << 16;
-        }
-        size_t r = fread(buf + len, 1, cap - len, f);
-        len += r;
-        if (r == 0) break;
-    }
-    const int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return NULL;
-    }
-    *n = len;
-    return buf;
 }
 
 /* Copies the servable files of src into out (config.json without quantization_config).
@@ -373,9 +341,9 @@ static int copy_servable_files(const char *src, const char *out, const file_id *
             continue;
         }
         size_t n = 0;
-        char *data = read_small_file(sp, &n), *text = NULL;
-        if (!data) {
-            fprintf(stderr, "qk quantize: cannot read %s: %s\n", sp, strerror(errno));
+        char *data = NULL, *text = NULL;
+        if (qk_io_read_small(sp, (size_t)1 << 30, &data, &n) != QK_OK) {
+            fprintf(stderr, "qk quantize: %s\n", qk_last_error());
             err = 1;
             break;
         }
