@@ -11,25 +11,105 @@
 #include "ref/mx_ref.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
 
 #define GROUP_BLOCKS 16
 
+/* Per-call scratch comes from a small process-wide cache of freed buffers: a serving loop
+   calls the linear with the same shapes over and over, and returning megabytes to the OS
+   after every call made the next call fault them in again (15% of an M = 512 call). A
+   buffer carries its capacity in a 64-byte header; the cache keeps at most POOL_SLOTS
+   buffers and POOL_CAP bytes, and hands out the smallest one that fits. */
+#define POOL_SLOTS 16
+#define POOL_CAP ((size_t)512 << 20)
+#define POOL_MIN ((size_t)64 << 10)   /* smaller buffers come from malloc directly */
+#define HDR 64
+
+static struct {
+    pthread_mutex_t lock;
+    char *buf[POOL_SLOTS];
+    size_t bytes;
+} pool = {PTHREAD_MUTEX_INITIALIZER, {0}, 0};
+
+static size_t cap_of(const char *b) { size_t c; memcpy(&c, b - HDR, sizeof c); return c; }
+
 void *qk_linear_alloc(size_t bytes)
 {
-    if (bytes == 0) bytes = 64;
-    return aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    const size_t cap = (bytes + 63) & ~(size_t)63;
+    if (cap >= POOL_MIN) {
+        pthread_mutex_lock(&pool.lock);
+        int best = -1;
+        for (int i = 0; i < POOL_SLOTS; i++)
+            if (pool.buf[i] && cap_of(pool.buf[i]) >= cap &&
+                (best < 0 || cap_of(pool.buf[i]) < cap_of(pool.buf[best])))
+                best = i;
+        char *b = NULL;
+        if (best >= 0) {
+            b = pool.buf[best];
+            pool.buf[best] = NULL;
+            pool.bytes -= cap_of(b);
+        }
+        pthread_mutex_unlock(&pool.lock);
+        if (b) return b;
+    }
+    char *b = (char *)aligned_alloc(64, cap + HDR);
+    if (!b) return NULL;
+    memcpy(b, &cap, sizeof cap);
+    return b + HDR;
 }
 
-void qk_linear_free(void *p) { free(p); }
+void qk_linear_free(void *p)
+{
+    if (!p) return;
+    char *b = (char *)p;
+    const size_t cap = cap_of(b);
+    if (cap >= POOL_MIN && cap <= POOL_CAP) {
+        pthread_mutex_lock(&pool.lock);
+        int slot = -1;
+        for (int i = 0; i < POOL_SLOTS && slot < 0; i++)
+            if (!pool.buf[i]) slot = i;
+        /* full: the smallest cached buffer makes way for a larger one */
+        if (slot < 0) {
+            int small = 0;
+            for (int i = 1; i < POOL_SLOTS; i++)
+                if (cap_of(pool.buf[i]) < cap_of(pool.buf[small])) small = i;
+            if (cap_of(pool.buf[small]) < cap) {
+                pool.bytes -= cap_of(pool.buf[small]);
+                free(pool.buf[small] - HDR);
+                pool.buf[small] = NULL;
+                slot = small;
+            }
+        }
+        /* over the cap: drop cached buffers, largest first, until this one fits */
+        while (slot >= 0 && pool.bytes + cap > POOL_CAP) {
+            int big = -1;
+            for (int i = 0; i < POOL_SLOTS; i++)
+                if (pool.buf[i] && (big < 0 || cap_of(pool.buf[i]) > cap_of(pool.buf[big]))) big = i;
+            if (big < 0) break;
+            pool.bytes -= cap_of(pool.buf[big]);
+            free(pool.buf[big] - HDR);
+            pool.buf[big] = NULL;
+        }
+        if (slot >= 0 && pool.bytes + cap <= POOL_CAP) {
+            pool.buf[slot] = b;
+            pool.bytes += cap;
+            b = NULL;
+        }
+        pthread_mutex_unlock(&pool.lock);
+        if (!b) return;
+    }
+    free(b - HDR);
+}
 
 void *qk_linear_alloc_weights(size_t bytes)
 {
     const size_t huge = (size_t)2 << 20;
-    if (bytes < huge) return qk_linear_alloc(bytes);
+    if (bytes < huge) return aligned_alloc(64, (bytes + 63) & ~(size_t)63);
     bytes = (bytes + huge - 1) & ~(huge - 1);
     void *p = aligned_alloc(huge, bytes);
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
@@ -37,6 +117,8 @@ void *qk_linear_alloc_weights(size_t bytes)
 #endif
     return p;
 }
+
+void qk_linear_free_weights(void *p) { free(p); }
 
 static int64_t round_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
 
@@ -96,10 +178,10 @@ static qk_status ref_prepare(qk_mx_weight *w, const uint8_t *q, int64_t qs, cons
 {
     size_t qb = (size_t)(w->N * w->K), sb = (size_t)(w->N * w->kb);
     ref_layout *l = (ref_layout *)malloc(sizeof *l);
-    uint8_t *mem = (uint8_t *)qk_linear_alloc(qb + sb);
+    uint8_t *mem = (uint8_t *)qk_linear_alloc_weights(qb + sb);
     if (!l || !mem) {
         free(l);
-        qk_linear_free(mem);
+        qk_linear_free_weights(mem);
         return QK_ERR_NOMEM;
     }
     l->q = mem;
@@ -116,7 +198,7 @@ static qk_status ref_prepare(qk_mx_weight *w, const uint8_t *q, int64_t qs, cons
 static void ref_release(qk_mx_weight *w)
 {
     ref_layout *l = (ref_layout *)w->layout;
-    if (l) qk_linear_free(l->q);
+    if (l) qk_linear_free_weights(l->q);
     free(l);
     w->layout = NULL;
 }

@@ -25,11 +25,13 @@ QK_HIDDEN qk_status qk_linear_act_quantize(const qk_linear_call *c, qk_mx_quanti
                                            int64_t qalign, int64_t salign, qk_linear_act *a);
 QK_HIDDEN void qk_linear_act_free(qk_linear_act *a);
 
-/* 64-byte aligned allocation (NULL on failure) and its release. */
+/* A call's scratch: 64-byte aligned (NULL on failure); released buffers are cached for the
+   next call (up to 16 buffers, 512 MiB), so a serving loop does not fault pages every call. */
 QK_HIDDEN void *qk_linear_alloc(size_t bytes);
 QK_HIDDEN void qk_linear_free(void *p);
-/* The same for a prepared weight: 2 MiB aligned and advised to use huge pages when large
-   (streams through the weight then cross no 4 KiB page boundaries); qk_linear_free. */
+/* A prepared weight: 64-byte aligned, or 2 MiB aligned and advised to use huge pages when
+   large (streams through the weight then cross no 4 KiB page boundaries). */
 QK_HIDDEN void *qk_linear_alloc_weights(size_t bytes);
+QK_HIDDEN void qk_linear_free_weights(void *p);
 
 #endif

@@ -35,9 +35,10 @@ bool qkb_parse_options(const char *prog, int argc, char **argv, qkb_options *opt
         } else if (!strcmp(a, "--verbose")) {
             opt->verbose = true;
         } else {
-            fprintf(stderr, "qk bench %s: unknown or incomplete option '%s'\n"
-                            "usage: qk bench %s [--json FILE] [--plot FILE.svg] [--quick] "
-                            "[--threads N] [--verbose]\n", prog, a, prog);
+            const char *pre = strncmp(prog, "qk ", 3) ? "qk bench " : ""; /* "norm" or "qk bench norm" */
+            fprintf(stderr, "%s%s: unknown or incomplete option '%s'\n"
+                            "usage: %s%s [--json FILE] [--plot FILE.svg] [--quick] "
+                            "[--threads N] [--verbose]\n", pre, prog, a, pre, prog);
             return false;
         }
     }
@@ -594,6 +595,14 @@ bool qkb_target_line(const char *label, double value, double target, const char 
 {
     bool pass = value >= target;
     printf("  %-56s %7.2f%-1s  (target >= %.2f%s)  %s\n", label, value, unit, target, unit,
+           pass ? "PASS" : "MISS");
+    return pass;
+}
+
+bool qkb_target_line_max(const char *label, double value, double target, const char *unit)
+{
+    bool pass = value <= target;
+    printf("  %-56s %7.2f%-1s  (target <= %.2f%s)  %s\n", label, value, unit, target, unit,
            pass ? "PASS" : "MISS");
     return pass;
 }

@@ -162,6 +162,8 @@ void qkb_table_rule(const qkb_table *t);     /* a line of dashes as wide as the 
 /* One summary line against a target: "  <label>  <value>  (target >= <target>)  PASS|MISS".
    unit is appended to value and target ("x" or ""). Returns whether it passed. */
 bool qkb_target_line(const char *label, double value, double target, const char *unit);
+/* The same for a target that is an upper bound (value <= target passes). */
+bool qkb_target_line_max(const char *label, double value, double target, const char *unit);
 
 /* ---- JSON output ---- */
 /* A streaming writer: objects and arrays nest; `key` is the member name inside an object

@@ -1,8 +1,9 @@
 /* `qk bench linear`: the MXFP8 linear protocol of performance.md. Shapes (N, K) in
  * {(4304, 1152), (1152, 4304), (5120, 5120), (17408, 5120), (5120, 17408)} x M in
- * {1, 16, 128, 512}, BF16 activations and output, with every compiled provider this CPU
- * runs (ref only at M = 1) and, when built with oneDNN, its BF16 matmul on the same shapes.
- * Per cell p10/p50/p90; M = 1: effective weight bandwidth N·K·(1 + 1/32) / p50 against
+ * {1, 2, 4, 8, 16, 32, 64, 128, 512}, BF16 activations and output, with every compiled
+ * provider this CPU runs (ref only at M = 1) and, when built with oneDNN, its BF16 matmul
+ * on the same shapes. Per cell p10/p50/p90 and the staged provider's time relative to
+ * M = 1 on the same shape; M = 1: effective weight bandwidth N·K·(1 + 1/32) / p50 against
  * the read bandwidth of a buffer of the same size measured in this run with all threads;
  * M >= 128: 2·M·N·K / p50 against the peak of the instruction the target's kernels rely
  * on, measured here with independent accumulator chains on all threads: vdpbf16ps
@@ -30,14 +31,17 @@
 #define CELL_BUDGET_S 1.2        /* timed seconds per (cell, implementation) */
 #define MAX_REPS 50
 #define MIN_REPS 5
-#define TARGET_M1_FRACTION 0.75
-#define TARGET_PEAK_FRACTION 0.60
-#define TARGET_VS_ONEDNN 1.4
+/* performance.md, "Targets (round 2)" */
+#define TARGET_M1_FRACTION 0.85      /* M = 1, weights >= 32 MiB, of read bandwidth */
+#define TARGET_REL_M1 1.3            /* M = 4 and M = 16: time relative to M = 1, at most */
+#define TARGET_SMALL_VS_ONEDNN 1.6   /* M <= 16, weights >= 32 MiB: x faster than oneDNN */
+#define TARGET_PREFILL_VS_ONEDNN 1.0 /* M = 512 vs oneDNN BF16 (x86-64-v4) */
+#define TARGET_PREFILL_PEAK 0.70     /* M = 512, of the FMA peak (x86-64-v3) */
 
 static const int64_t shapes_full[][2] = {{4304, 1152}, {1152, 4304}, {5120, 5120},
                                          {17408, 5120}, {5120, 17408}};
-static const int64_t ms_full[] = {1, 16, 128, 512};
-static const int64_t ms_quick[] = {1, 16, 128};
+static const int64_t ms_full[] = {1, 2, 4, 8, 16, 32, 64, 128, 512};
+static const int64_t ms_quick[] = {1, 4, 16};
 
 typedef struct result {
     qkb_stats st;
@@ -379,6 +383,18 @@ static void run_shape(bench *bn, int64_t N, int64_t K, const int64_t *ms, int nm
     free(s);
 }
 
+/* The staged provider's p50 at c over its p50 at M = 1 on the same shape (0: not measured). */
+static double rel_m1(const bench *bn, const cell *c)
+{
+    for (int i = 0; i < bn->ncells; i++) {
+        const cell *o = &bn->cells[i];
+        if (o->N == c->N && o->K == c->K && o->M == 1 && o->prov[bn->staged].done &&
+            c->prov[bn->staged].done)
+            return c->prov[bn->staged].st.p50 / o->prov[bn->staged].st.p50;
+    }
+    return 0;
+}
+
 static void print_table(const bench *bn)
 {
     char buf[32], t1[32], t2[32];
@@ -390,6 +406,8 @@ static void print_table(const bench *bn)
         titles[nt++] = bn->prov[p]->name;
         titles[nt++] = "limit";
     }
+    strcat(spec, " r7");
+    titles[nt++] = "vs M=1";
 #ifdef QK_BENCH_ONEDNN
     strcat(spec, " r10 r9");
     titles[nt++] = "oneDNN";
@@ -414,6 +432,9 @@ static void print_table(const bench *bn)
             if (c->M == 1) qkb_table_cell(&t, "%.2f of rd", r->fraction_bw);
             else qkb_table_cell(&t, "%.2f of pk", r->fraction_peak);
         }
+        const double rel = rel_m1(bn, c);
+        if (rel > 0) qkb_table_cell(&t, "%.2fx", rel);
+        else qkb_table_cell(&t, "-");
 #ifdef QK_BENCH_ONEDNN
         qkb_table_cell(&t, "%s", c->dnnl.done ? qkb_fmt_time(buf, sizeof buf, c->dnnl.st.p50) : "-");
         if (c->dnnl.done && c->prov[bn->staged].done)
@@ -449,6 +470,7 @@ static bool write_json(const bench *bn)
         qkb_json_str(&j, "residency", qkb_residency_name(c->res));
         qkb_json_int(&j, "nbuf", c->nbuf);
         qkb_json_num(&j, "read_gbps", c->read_gbps);
+        if (rel_m1(bn, c) > 0) qkb_json_num(&j, "staged_time_vs_m1", rel_m1(bn, c));
         qkb_json_object(&j, "providers");
         for (int p = 0; p < bn->np; p++) {
             const result *r = &c->prov[p];
@@ -505,46 +527,63 @@ static bool write_plot(const bench *bn)
     return ok;
 }
 
+/* performance.md "Targets (round 2)", judged on the staged provider's cells of this run. */
 static void summary(const bench *bn)
 {
     const int s = bn->staged;
+    const bool v4 = !strcmp(PEAK_NAME, "vdpbf16ps");
     printf("\nsummary (staged provider %s, target %s; " PEAK_NAME " peak %.0f GFLOP/s on %d threads, "
            "the best of the start and the end of the run; load average now %.2f%s)\n",
            bn->prov[s]->name, qk_target(), bn->peak_gflops, qk_get_num_threads(), qkb_loadavg(),
            qkb_loadavg() > 0.5 ? ": other work was running, figures are noisy" : "");
-    double vs[16];
-    int nvs = 0;
+    double small_vs = INFINITY, pre_vs = INFINITY, pre_pk = INFINITY;
+    char label[128];
     for (int i = 0; i < bn->ncells; i++) {
         const cell *c = &bn->cells[i];
         const result *r = &c->prov[s];
         if (!r->done) continue;
-        char label[96];
-        if (c->M == 1 && c->wbytes >= (32u << 20)) {
+        const bool big = c->wbytes >= (32u << 20);
+        if (c->M == 1 && big) {
             snprintf(label, sizeof label, "M=1 (%lld, %lld) fraction of read bandwidth",
                      (long long)c->N, (long long)c->K);
             qkb_target_line(label, r->fraction_bw, TARGET_M1_FRACTION, "");
-            if (c->dnnl.done && nvs < 16) vs[nvs++] = c->dnnl.st.p50 / r->st.p50;
         }
-        if (c->M == 512 && c->N == 5120 && c->K == 5120) {
-            snprintf(label, sizeof label, "M=512 (5120, 5120) fraction of " PEAK_NAME " peak");
-            qkb_target_line(label, r->fraction_peak, TARGET_PEAK_FRACTION, "");
+        if (c->M == 4 || c->M == 16) {
+            const double rel = rel_m1(bn, c);
+            /* the least time the measured peak allows, relative to this shape's M = 1 */
+            const double floor = 2.0 * (double)c->M * (double)c->N * (double)c->K /
+                                 (bn->peak_gflops * 1e9) / (r->st.p50 / rel);
+            snprintf(label, sizeof label, "M=%lld (%lld, %lld) time vs M=1 (peak allows %.2fx)",
+                     (long long)c->M, (long long)c->N, (long long)c->K, floor);
+            if (rel > 0) qkb_target_line_max(label, rel, TARGET_REL_M1, "x");
+        }
+        if (c->dnnl.done && c->M <= 16 && big && c->dnnl.st.p50 / r->st.p50 < small_vs)
+            small_vs = c->dnnl.st.p50 / r->st.p50;
+        if (c->M == 512) {
+            if (c->dnnl.done && c->dnnl.st.p50 / r->st.p50 < pre_vs) pre_vs = c->dnnl.st.p50 / r->st.p50;
+            if (r->fraction_peak < pre_pk) pre_pk = r->fraction_peak;
         }
     }
-    if (nvs) {
-        double mn = vs[0];
-        for (int i = 1; i < nvs; i++) mn = vs[i] < mn ? vs[i] : mn;
-        char label[96];
-        snprintf(label, sizeof label, "M=1 vs oneDNN %s (weights >= 32 MiB), worst cell", dnnl_dtype_used);
-        qkb_target_line(label, mn, TARGET_VS_ONEDNN, "x");
-    } else {
-        printf("  oneDNN comparison: %s\n",
-#ifdef QK_BENCH_ONEDNN
-               "no cell with weights >= 32 MiB in this run"
-#else
-               "not built (install libdnnl-dev and reconfigure)"
+    if (isfinite(small_vs)) {
+        snprintf(label, sizeof label, "M<=16 vs oneDNN %s (weights >= 32 MiB), worst cell", dnnl_dtype_used);
+        qkb_target_line(label, small_vs, TARGET_SMALL_VS_ONEDNN, "x");
+    }
+    if (v4 && isfinite(pre_vs)) {
+        snprintf(label, sizeof label, "M=512 vs oneDNN %s, worst shape", dnnl_dtype_used);
+        qkb_target_line(label, pre_vs, TARGET_PREFILL_VS_ONEDNN, "x");
+    } else if (isfinite(pre_vs)) {
+        snprintf(label, sizeof label, "M=512 vs oneDNN %s, worst shape (no target on this ISA)", dnnl_dtype_used);
+        printf("  %-56s %7.2fx\n", label, pre_vs);
+    }
+    if (isfinite(pre_pk)) {
+        snprintf(label, sizeof label, "M=512 fraction of " PEAK_NAME " peak, worst shape%s",
+                 v4 ? " (target on x86-64-v3 only)" : "");
+        if (v4) printf("  %-56s %7.2f\n", label, pre_pk);
+        else qkb_target_line(label, pre_pk, TARGET_PREFILL_PEAK, "");
+    }
+#ifndef QK_BENCH_ONEDNN
+    printf("  oneDNN comparison: not built (install libdnnl-dev and reconfigure: make bench-deps)\n");
 #endif
-        );
-    }
 }
 
 int qk_bench_linear(int argc, char **argv)
@@ -566,7 +605,8 @@ int qk_bench_linear(int argc, char **argv)
     }
     const int nshapes = bn.opt.quick ? 2 : 5;
     const int64_t *ms = bn.opt.quick ? ms_quick : ms_full;
-    const int nm = bn.opt.quick ? 3 : 4;
+    const int nm = bn.opt.quick ? (int)(sizeof ms_quick / sizeof ms_quick[0])
+                                : (int)(sizeof ms_full / sizeof ms_full[0]);
     bn.ncells = nshapes * nm;
     bn.cells = calloc((size_t)bn.ncells, sizeof(cell));
     bn.peak_gflops = measure_peak();

@@ -87,7 +87,7 @@ static qk_status avx2_prepare(qk_mx_weight *w, const uint8_t *q, int64_t qs, con
 static void avx2_release(qk_mx_weight *w)
 {
     avx2_layout *l = (avx2_layout *)w->layout;
-    if (l) qk_linear_free(l->codes);
+    if (l) qk_linear_free_weights(l->codes);
     free(l);
     w->layout = NULL;
 }
