@@ -14,7 +14,9 @@
 #include <math.h>
 #include <stdlib.h>
 
-static const int64_t Ms[] = {0, 1, 2, 3, 7, 16, 33};
+/* every path of every provider: the GEMV (M <= 3), the small-M kernel and its row groups
+   (4..128, groups of 8), the GEMM (129, 512), every row-group tail */
+static const int64_t Ms[] = {0, 1, 2, 3, 4, 5, 7, 8, 15, 16, 17, 31, 32, 33, 64, 65, 128, 129, 512};
 static const int64_t Ns[] = {1, 3, 16, 17, 64, 100};
 static const int64_t Ks[] = {1, 31, 32, 33, 64, 100, 1152, 4304};
 static const qk_dtype Dt[] = {QK_DTYPE_F32, QK_DTYPE_F16, QK_DTYPE_BF16};
@@ -28,8 +30,17 @@ static qk_status quantize_rows(const void *x, qk_dtype xdt, int64_t rows, int64_
     mxo_quantize_rows(x, xdt, rows, K, q, s);
     return QK_OK;
 }
-#define e4m3 mxo_e4m3
-#define e8m0 mxo_e8m0
+/* the oracle's decoders, tabulated once (the formula below runs them billions of times) */
+static double e4m3_tab[256], e8m0_tab[256];
+static void tables_init(void)
+{
+    for (int i = 0; i < 256; i++) {
+        e4m3_tab[i] = mxo_e4m3((uint8_t)i);
+        e8m0_tab[i] = mxo_e8m0((uint8_t)i);
+    }
+}
+#define e4m3(c) e4m3_tab[(uint8_t)(c)]
+#define e8m0(b) e8m0_tab[(uint8_t)(b)]
 
 static int provider_runs(const qk_provider_set *p)
 {
@@ -189,6 +200,10 @@ static double exact_out(const uint8_t *qx, const uint8_t *sx, const wdata *w, in
     return total + (bias ? bias[n] : 0.0);
 }
 
+static long check_outputs(const qk_provider_set *p, const wdata *w, const uint8_t *qx,
+                          const uint8_t *sx, const tbuf *op, int64_t M, const float *bias,
+                          const char *what);
+
 /* Runs one call and checks every output against the bound and nothing else is written.
    Returns the number of bad outputs. */
 static long check_call(const qk_provider_set *p, const wdata *w, qk_mx_weight *mw, int64_t M,
@@ -212,8 +227,28 @@ static long check_call(const qk_provider_set *p, const wdata *w, qk_mx_weight *m
     CHECK(st == QK_OK, "%s %s: M=%lld N=%lld K=%lld x=%s out=%s: %s (%s)", p->name, what,
           (long long)M, (long long)N, (long long)K, qk_dtype_name(xdt), qk_dtype_name(odt),
           qk_status_name(st), qk_last_error());
+    long bad = st == QK_OK ? check_outputs(p, w, qx, sx, &o, M, with_bias ? bias : NULL, what) : 0;
+    free(qx);
+    free(sx);
+    free(bias);
+    free(x.mem);
+    free(o.mem);
+    return bad;
+}
+
+/* Every output of o [M, N] against the formula in double from x's codes and scales, at the
+   spec's bound, and no byte of o's buffer outside its elements written. Returns the number
+   of bad outputs. */
+static long check_outputs(const qk_provider_set *p, const wdata *w, const uint8_t *qx,
+                          const uint8_t *sx, const tbuf *op, int64_t M, const float *bias,
+                          const char *what)
+{
+    const int64_t N = w->N, K = w->K, kb = w->kb;
+    const tbuf o = *op;
+    const qk_dtype odt = o.t.dtype;
+    const int with_bias = bias != NULL;
     long bad = 0;
-    for (int64_t m = 0; m < M && st == QK_OK; m++)
+    for (int64_t m = 0; m < M; m++)
         for (int64_t n = 0; n < N; n++) {
             double sa;
             const double ex = exact_out(qx + m * K, sx + m * kb, w, n, with_bias ? bias : NULL, &sa);
@@ -223,9 +258,9 @@ static long check_call(const qk_provider_set *p, const wdata *w, qk_mx_weight *m
             else if (isinf(t_round(ex, odt))) ok = isinf(got) && (got > 0) == (ex > 0);
             else ok = !isnan(got) && fabs(got - ex) <= ldexp(sa, -16) + ulp_at(ex, odt);
             if (!ok && bad++ < 3)
-                CHECK(0, "%s %s M=%lld N=%lld K=%lld x=%s out=%s bias=%d: out[%lld][%lld] = %.9g, "
+                CHECK(0, "%s %s M=%lld N=%lld K=%lld out=%s bias=%d: out[%lld][%lld] = %.9g, "
                       "exact %.9g, bound %.3g", p->name, what, (long long)M, (long long)N,
-                      (long long)K, qk_dtype_name(xdt), qk_dtype_name(odt), with_bias,
+                      (long long)K, qk_dtype_name(odt), with_bias,
                       (long long)m, (long long)n, got, ex, ldexp(sa, -16) + ulp_at(ex, odt));
         }
     /* nothing written outside out's elements */
@@ -242,11 +277,6 @@ static long check_call(const qk_provider_set *p, const wdata *w, qk_mx_weight *m
               (long long)M, (long long)N, (long long)K);
         free(mark);
     }
-    free(qx);
-    free(sx);
-    free(bias);
-    free(x.mem);
-    free(o.mem);
     return bad;
 }
 
@@ -261,6 +291,9 @@ static void test_linear_formula_bound(void)
         for (int ki = 0; ki < COUNT(Ks); ki++) {
             for (int i = 0; i < COUNT(Ms); i++) {
                 const int64_t K = Ks[ki], M = Ms[i], N = Ns[(i + ki) % COUNT(Ns)];
+                /* the largest products of M, N and K cost seconds (under sanitizers, minutes)
+                   for nothing the smaller ones do not hit */
+                if (M * N * K > (strcmp(p->name, "ref") ? 12000000 : 3000000)) continue;
                 const qk_dtype xdt = Dt[(i + ki) % 3];
                 const qk_dtype odt = (i + ki / 3) % 2 ? QK_DTYPE_F32 : xdt;
                 wdata w;
@@ -405,6 +438,74 @@ static void test_linear_extreme_scales(void)
     }
 }
 
+/* Scale spans at and past what a provider folds into its operands' exponents (avx512: x
+   rows up to 2^40 in its small-M kernel and 2^54 in its GEMM, weight rows up to 2^54; wider
+   rows keep the exact kernels): weight rows whose block scales alternate between s and
+   s - span, x rows whose blocks alternate between magnitudes 2^a and 2^(a - span) (all
+   within f32), zero weight blocks with extreme scale bytes, for M on every path; every
+   output within the bound. */
+static void test_linear_fold_spans(void)
+{
+    const int64_t N = 35, K = 200, kb = 7;   /* 3 tiles (the last partial), 7 blocks (last partial) */
+    static const int wspans[] = {0, 54, 55, 120, 200};
+    static const int xspans[] = {0, 40, 41, 54, 55, 120, 200};
+    static const int64_t Mv[] = {1, 6, 20, 140};
+    for (int pi = 0; qk_all_providers[pi]; pi++) {
+        const qk_provider_set *p = qk_all_providers[pi];
+        if (!p->ops.mxfp8_linear) continue;
+        if (!provider_runs(p)) { qk_test_skip(p->name, "CPU lacks its instructions"); continue; }
+        if (!strcmp(p->name, "ref")) continue;   /* no folding; the sweep covers it */
+        for (int wi = 0; wi < COUNT(wspans); wi++) {
+            wdata w;
+            wdata_make(&w, N, K, 600 + (uint64_t)wi);
+            /* block exponents 2^wh and 2^(wh - ws) (scale bytes wh + 127 ...); the largest
+               products stay inside f32 (wh + xh <= 90), the smallest far below the largest */
+            const int ws = wspans[wi], wh = ws > 120 ? 73 : -7, top = 127 + wh;
+            for (int64_t n = 0; n < N; n++)
+                for (int64_t b = 0; b < kb; b++)
+                    w.s[n * kb + b] = (uint8_t)((n + b) % 2 ? top - ws : top);
+            /* rows 20 and 21 (tile 1, no subnormal codes): block 1 all zero codes, with scale
+               bytes 188 and 0 (a zero block counts for no span, and its scale must scale
+               nothing: not even to Inf/NaN) */
+            for (int64_t k = 16 * K; k < 32 * K; k++)
+                if ((w.q[k] & 0x78) == 0) w.q[k] = (uint8_t)(w.q[k] & 0x80);   /* subnormal -> 0 */
+            w.s[20 * kb + 1] = 188;
+            w.s[21 * kb + 1] = 0;
+            memset(w.q + 20 * K + 32, 0, 32);
+            memset(w.q + 21 * K + 32, 0, 32);
+            qk_mx_weight *mw = wcreate(p, &w, 0);
+            for (int xi = 0; mw && xi < COUNT(xspans); xi++)
+                for (int mi = 0; mi < COUNT(Mv); mi++) {
+                    const int64_t M = Mv[mi];
+                    const int xs = xspans[xi], hi = xs > 120 ? 74 : 10;
+                    if (hi + wh > 90) continue;   /* sums past f32's range: not this test */
+                    uint64_t rng = 77 + (uint64_t)(xi * 10 + mi);
+                    tbuf x, o;
+                    tbuf_make(&x, QK_DTYPE_F32, M, K, 0);
+                    tbuf_make(&o, QK_DTYPE_F32, M, N, 0);
+                    for (int64_t m = 0; m < M; m++)
+                        for (int64_t k = 0; k < K; k++) {
+                            const int e = (k / 32 + m) % 2 ? hi - xs : hi;
+                            tset(&x.t, m, k, (k / 32 == 3 && m % 3 == 0) ? 0.0 : ldexp(qk_rand_normal(&rng), e));
+                        }
+                    uint8_t *qx = malloc((size_t)(M * K)), *sx = malloc((size_t)(M * kb));
+                    quantize_x(&x, M, K, qx, sx);
+                    qk_status st = qk_mxfp8_linear(&x.t, mw, NULL, &o.t);
+                    CHECK(st == QK_OK, "%s: %s", p->name, qk_last_error());
+                    char what[96];
+                    snprintf(what, sizeof what, "weight span %d, x span %d", ws, xs);
+                    if (st == QK_OK) check_outputs(p, &w, qx, sx, &o, M, NULL, what);
+                    free(qx);
+                    free(sx);
+                    free(x.mem);
+                    free(o.mem);
+                }
+            qk_mx_weight_destroy(mw);
+            wdata_free(&w);
+        }
+    }
+}
+
 /* Many rows: several row chunks of a provider's many-row path, with every tail. */
 static void test_linear_many_rows(void)
 {
@@ -436,7 +537,9 @@ static void test_linear_nan_rows(void)
         wdata w;
         wdata_make(&w, N, K, 55);
         qk_mx_weight *mw = wcreate(p, &w, 0);
-        for (int64_t M = 4; M <= 24 && mw; M += 20) {
+        static const int64_t Mv[] = {2, 4, 24, 140};   /* GEMV, small M (2 groups), GEMM */
+        for (int mi = 0; mi < COUNT(Mv) && mw; mi++) {
+            const int64_t M = Mv[mi];
             uint64_t rng = 3;
             tbuf x, o;
             tbuf_make(&x, QK_DTYPE_BF16, M, K, 0);
@@ -701,12 +804,14 @@ int main(void)
 {
     qk_test_require_cpu("test_linear");
     mx_oracle_init();
+    tables_init();
     RUN(test_linear_weight_create_errors);
     RUN(test_linear_call_errors);
     RUN(test_linear_activation_is_qk_mx_quantize);
     RUN(test_linear_formula_bound);
     RUN(test_linear_vision_mlp_shapes);
     RUN(test_linear_extreme_scales);
+    RUN(test_linear_fold_spans);
     RUN(test_linear_many_rows);
     RUN(test_linear_nan_rows);
     RUN(test_linear_threads_bit_identical);
