@@ -20,25 +20,27 @@
  * the total every 16 blocks (GEMV) or every k-chunk (GEMM): the f32 summation depth of an
  * output stays below 32 + 16 + kb/8, inside mxfp8.md's 2^-16 relative bound.
  *
- * Paths (chosen by M alone; `qk bench linear` on the 2-core Zen 4, 2026-12-03, chose the
- * bounds — see src/targets/x86-64-v4.c):
- *   M <= 3, or a weight that cannot be folded (below): the exact GEMV above, one pass over
- *     the weight per group of up to 4 rows, decoding in registers.
- *   4 <= M <= SM_MAX_M: the small-M kernel: each tile pair's stream is decoded once in
- *     registers per group of up to 8 rows (a 16-block chunk of it stays in L1 for the next
- *     group); x is folded (its block scales in its BF16 exponents) and each weight block's
- *     sum is scaled and added by one FMA, exact as in the GEMV.
- *   M > SM_MAX_M: the folded GEMM: both operands carry their block scales in their BF16
- *     exponents (x per row, the weight per row as it is decoded into BF16 panels), so the
- *     4 x 3 register tile runs nothing but vdpbf16ps; the sums are scaled once per output.
- * Folding needs every row's scale span (over its nonzero blocks) within FOLD_SPAN / SM_SPAN
- * and no NaN: a weight outside it runs the exact kernels for every M (the exact GEMM over
- * panels with per-block scaling for M > 4), and an x row outside it (NaN/Inf, or a span
- * wider than 2^40) is computed alone by the exact GEMV. Every kernel's product is exact and
- * normal in f32, so vdpbf16ps' flushing never applies; the depths of the f32 sums are given
- * at each kernel, inside mxfp8.md's 2^-16 bound for K up to about 47 000 (the spec's shapes
- * have K <= 17 408). Outputs do not depend on the thread count; they do depend on the path,
- * so a row's result may differ in the last bits between calls of different M.
+ * Paths (by the weight, then by the row; measured on the 2-core Zen 4 of 2026-12-03, see
+ * src/targets/x86-64-v4.c):
+ *   a foldable weight (every row's block scales within 2^FOLD_SPAN over its nonzero blocks),
+ *     every M: the folded kernel (fk_*): a group of 4 tiles (M <= 3) or 2 (M >= 4) is
+ *     streamed once and decoded in registers per group of up to FK_MM rows (a 16-block chunk
+ *     stays in L1 for the next row group); x is folded (its block scales in its BF16
+ *     exponents, once per call) and each weight block's sum is scaled and added by one FMA.
+ *     Every row is summed in the same order whatever M and the row groups, so a row's result
+ *     does not depend on the rows beside it. A row it cannot fold (NaN/Inf, or block scales
+ *     spanning more than 2^FK_SPAN) is then computed alone by the exact GEMV. It matches the
+ *     exact GEMV at M = 1..3 (both bound by the weight stream) and beat it at M = 4, and
+ *     beat the exact GEMM and a folded BF16-panel GEMM from M = 5 to 512 (4-10% per core
+ *     over the folded one at M = 512).
+ *   another weight: the exact GEMV above for M <= 4, one pass over the weight per group of up
+ *     to 4 rows; for M > 4 the exact GEMM: per k-chunk each work item's panels of 3 tiles are
+ *     decoded once into BF16 and a 4 x 48 register tile runs over them, with the per-block
+ *     scaling above.
+ * Every kernel's product is exact and normal in f32, so vdpbf16ps' flushing never applies;
+ * the depths of the f32 sums are given at each kernel, inside mxfp8.md's 2^-16 bound for K
+ * up to about 47 000 (the spec's shapes have K <= 17 408). Outputs do not depend on the
+ * thread count, nor, for a foldable weight, on M.
  * Threads take tile groups / items from a shared counter (a preempted thread holds up one
  * chunk, not half the call); no output depends on which thread computed it. */
 #include "internal.h"
@@ -65,16 +67,13 @@
 #define MC 512                   /* GEMM rows per work item */
 #define MI 128                   /* GEMM rows per inner block: their x~ k-chunk stays in L2 */
 #define PB 8                     /* GEMM panels per work item: decoded k-chunks stay in L2 */
-#define FOLD_SPAN 54             /* folded GEMM: largest sx or sw span over a row's nonzero blocks */
-#define FOLD_FLUSH 2             /* folded GEMM: blocks per accumulator before the running sum */
-#define SM_MM 8                  /* small M: rows per register tile (2 tiles up to 4 rows, then 1) */
-#define SM_MIN_M 4               /* small M: the smallest M it takes (M <= 3: the GEMV) */
-#define SM_MAX_M 128             /* small M: the largest M it takes (then the folded GEMM) */
-#define SM_PREFETCH (2 * SB_BYTES) /* small M: bytes ahead in a tile's stream */
-#define SM_SPAN 40               /* small M: largest sx span over a row's nonzero blocks */
-#define SM_XOFF 64               /* small M: x~ offset, 2^64 (see the small-M kernels) */
-#define SM_WOFF 60               /* small M: block scale offset */
-#define SM_EOFF (120 - SM_XOFF - SM_WOFF)
+#define FOLD_SPAN 54             /* folded kernel: largest sw span over a weight row's nonzero blocks */
+#define FK_MM 12                 /* folded kernel: rows per register tile (2 tiles up to 4 rows, then 1) */
+#define FK_PREFETCH (2 * SB_BYTES) /* folded kernel: bytes ahead in a tile's stream */
+#define FK_SPAN 40               /* folded kernel: largest sx span over a row's nonzero blocks */
+#define FK_XOFF 64               /* folded kernel: x~ offset, 2^64 (see the folded kernel) */
+#define FK_WOFF 60               /* folded kernel: block scale offset */
+#define FK_EOFF (120 - FK_XOFF - FK_WOFF)
 
 #define INLINE static inline __attribute__((always_inline))
 
@@ -235,10 +234,8 @@ typedef struct act512 {
     float *ex;        /* [M][kbp]: sx - 127 - X_EXP */
     int64_t kp, kbp;
     int fold;         /* also the folded rows: */
-    uint16_t *xf;     /* dec(qx) · 2^(sx - 127 - cx[m]), BF16 (zero for exact rows): [M][kp], or
-                         [kbp][M][32] (block-major) for the small-M kernels */
-    int xf_blocks;    /* xf is block-major, for the small-M kernels: */
-    int span, xoff;   /* the largest row span folded (FOLD_SPAN or SM_SPAN); x~f is 2^xoff higher */
+    uint16_t *xf;     /* [kbp][M][32] (block-major): dec(qx) · 2^(sx - 127 - cx[m] + FK_XOFF), BF16
+                         (zero for exact rows) */
     int32_t *cx;      /* [M]: the row's largest sx - 127 over its nonzero blocks */
     uint8_t *exact;   /* [M]: 1 = the row cannot be folded (NaN/Inf, or a scale span over FOLD_SPAN) */
 } act512;
@@ -265,9 +262,8 @@ INLINE void x_decode_row(const uint8_t *q, const uint8_t *s, int64_t kbp, const 
 }
 
 /* Whether row m can be folded, and its cx: the largest sx - 127 over the row's nonzero
-   blocks, so that every x~f is a normal BF16 in [2^-63, 448] when the row's span is at most
-   x->span (FOLD_SPAN, or SM_SPAN for the small-M kernels). A row with a NaN scale or code,
-   or a wider span, is left to the exact kernels. */
+   blocks; the row is folded when its span is at most FK_SPAN and it holds no NaN (a NaN/Inf
+   row, or a wider span, is left to the exact kernels). */
 static int fold_row_cx(const act512 *x, int64_t m, int32_t *cx)
 {
     const uint8_t *q = x->a.q + m * x->a.qstride, *s = x->a.scale + m * x->a.sstride;
@@ -281,7 +277,7 @@ static int fold_row_cx(const act512 *x, int64_t m, int32_t *cx)
         smax = s[j] > smax ? s[j] : smax;
         smin = s[j] < smin ? s[j] : smin;
     }
-    bad |= smax >= 0 && smax - smin > x->span;
+    bad |= smax >= 0 && smax - smin > FK_SPAN;
     *cx = bad || smax < 0 ? 0 : smax - 127;
     return !bad;
 }
@@ -299,11 +295,11 @@ static void act_decode_range(const void *ctx, int64_t m0, int64_t m1)
         if (x->fold) {
             const int ok = fold_row_cx(x, m, &x->cx[m]);
             x->exact[m] = (uint8_t)!ok;
-            /* block j of row m: [M][kp] at m * kp + 32 j, block-major at (j M + m) 32 */
-            uint16_t *o = x->xf + (x->xf_blocks ? m * QK_MX_BLOCK : m * x->kp);
-            const int64_t os = x->xf_blocks ? x->a.M * QK_MX_BLOCK : QK_MX_BLOCK;
+            /* block j of row m at (j M + m) 32 */
+            uint16_t *o = x->xf + m * QK_MX_BLOCK;
+            const int64_t os = x->a.M * QK_MX_BLOCK;
             if (ok) {
-                x_decode_row(q, s, x->kbp, tab_fold, 1, x->cx[m] - x->xoff, o, os);
+                x_decode_row(q, s, x->kbp, tab_fold, 1, x->cx[m] - FK_XOFF, o, os);
                 continue;
             }
             for (int64_t j = 0; j < x->kbp; j++)   /* the folded kernels' rows: zero */
@@ -324,16 +320,13 @@ static void act512_free(act512 *x)
     qk_linear_act_free(&x->a);
 }
 
-static qk_status act512_make(const qk_linear_call *c, int64_t kbp, int fold, int xf_blocks, act512 *x)
+static qk_status act512_make(const qk_linear_call *c, int64_t kbp, int fold, act512 *x)
 {
     qk_mx_quantize_row_fn quant = qk_provider_avx512.ops.mx_quantize.fn;
     memset(x, 0, sizeof *x);
     x->kbp = kbp;
     x->kp = kbp * QK_MX_BLOCK;
     x->fold = fold;
-    x->xf_blocks = xf_blocks;
-    x->span = xf_blocks ? SM_SPAN : FOLD_SPAN;
-    x->xoff = xf_blocks ? SM_XOFF : 0;
     qk_status st = qk_linear_act_quantize(c, quant, x->kp, kbp, &x->a);
     if (st) return st;
     x->xt = (uint16_t *)qk_linear_alloc((size_t)(c->M * x->kp) * 2);
@@ -501,26 +494,7 @@ static void run_gemv(const qk_linear_call *c, const avx512_layout *l, const act5
     }
 }
 
-/* ---- folding: the block scales in the operands' exponents ---- */
-/* (sw - 127 - Cw[n]) << 7 in both 16-bit words of row n's lane, for a tile-block's 16 row
-   scales: added to the exponent of a decoded nonzero weight, it gives dec(w)·2^(sw-127-Cw).
-   The pure decode is 2^-120 low (120 more), the exact one is not. */
-INLINE __m512i fold_add(const uint8_t *scales16, __m512i cw, int exact)
-{
-    __m512i d = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)scales16)),
-                                 _mm512_add_epi32(cw, _mm512_set1_epi32(exact ? 127 : 7)));
-    d = _mm512_slli_epi32(d, 7);
-    return _mm512_or_si512(_mm512_and_si512(d, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(d, 16));
-}
-/* the decoded low / high byte codes of v's words with d added where the code is nonzero */
-INLINE __m512i fold_lo(__m512i v, __m512i dec, __m512i d)
-{
-    return _mm512_mask_add_epi16(dec, _mm512_test_epi16_mask(v, _mm512_set1_epi16(0x007F)), dec, d);
-}
-INLINE __m512i fold_hi(__m512i v, __m512i dec, __m512i d)
-{
-    return _mm512_mask_add_epi16(dec, _mm512_test_epi16_mask(v, _mm512_set1_epi16(0x7F00)), dec, d);
-}
+/* ---- the folded kernel' output ---- */
 /* out = acc · 2^(e + Cw[n]) (one rounding, only when the result is subnormal), + bias */
 static void store_scaled(const qk_linear_call *c, const avx512_layout *l, int64_t m, int32_t e,
                          int64_t tile, __m512 acc)
@@ -531,32 +505,32 @@ static void store_scaled(const qk_linear_call *c, const avx512_layout *l, int64_
             _mm512_scalef_ps(acc, ev));
 }
 
-/* ---- small M: each weight chunk decoded once in registers for up to SM_MM rows ---- */
-/* x~ = dec(qx) · 2^(sx - 127 - cx + SM_XOFF) (x folded, its row span at most SM_SPAN, so
+/* ---- folded kernel: each weight chunk decoded once in registers for up to FK_MM rows ---- */
+/* x~ = dec(qx) · 2^(sx - 127 - cx + FK_XOFF) (x folded, its row span at most FK_SPAN, so
    x~ in [2^15, 2^73]); w~ = dec(w) · 2^-120 (pure) or dec(w) (blocks with subnormal codes).
    Every product is then exact and normal (>= 2^-111, its last bit >= 2^-114), and a block's
-   sum, scaled by f = 2^(sw - 127 - Cw + SM_WOFF) (2^-120 more for exact blocks; normal for
+   sum, scaled by f = 2^(sw - 127 - Cw + FK_WOFF) (2^-120 more for exact blocks; normal for
    a weight span up to FOLD_SPAN) in the FMA that adds it to the running sum, is exact and
    normal too ([2^-108, 2^27]): one rounding per block, as in the exact kernels, but one
-   FMA where they take three operations. out = total · 2^(cx + Cw + SM_EOFF). */
+   FMA where they take three operations. out = total · 2^(cx + Cw + FK_EOFF). */
 
-/* f for a tile-block's 16 row scales: biased exponent sw - Cw + SM_WOFF (- 120), kept in
+/* f for a tile-block's 16 row scales: biased exponent sw - Cw + FK_WOFF (- 120), kept in
    [1, 254] so that a zero block (whose scale scales nothing) multiplies its zero by a finite f */
-INLINE __m512 sm_scale(const uint8_t *scales16, __m512i cw, int exact)
+INLINE __m512 fk_scale(const uint8_t *scales16, __m512i cw, int exact)
 {
     __m512i e = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)scales16)), cw);
-    e = _mm512_add_epi32(e, _mm512_set1_epi32(exact ? SM_WOFF - 120 : SM_WOFF));
+    e = _mm512_add_epi32(e, _mm512_set1_epi32(exact ? FK_WOFF - 120 : FK_WOFF));
     e = _mm512_min_epi32(_mm512_max_epi32(e, _mm512_set1_epi32(1)), _mm512_set1_epi32(254));
     return _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));
 }
 
-INLINE void sm_block(const int MM, const int TT, __m512 acc[SM_MM][2], const uint8_t *const blk[2],
+INLINE void fk_block(const int MM, const int TT, __m512 acc[FK_MM][4], const uint8_t *const blk[4],
                      const uint16_t *xj, __m512i m87f0)
 {
     for (int c = 0; c < 8; c++) {
-        __m512i lo[2], hi[2];
+        __m512i lo[4], hi[4];
         for (int t = 0; t < TT; t++) {
-            _mm_prefetch((const char *)blk[t] + 64 * c + SM_PREFETCH, _MM_HINT_T0);
+            _mm_prefetch((const char *)blk[t] + 64 * c + FK_PREFETCH, _MM_HINT_T0);
             const __m512i v = _mm512_loadu_si512(blk[t] + 64 * c);
             lo[t] = dec_lo_pure(v, m87f0);
             hi[t] = dec_hi_pure(v, m87f0);
@@ -570,8 +544,8 @@ INLINE void sm_block(const int MM, const int TT, __m512 acc[SM_MM][2], const uin
 }
 
 /* blocks with subnormal codes (rare): out of line, so that their constants take no registers */
-static __attribute__((noinline)) void sm_block_exact(int MM, int TT, __m512 *a,
-                                                      const uint8_t *const blk[2], const uint16_t *xj)
+static __attribute__((noinline)) void fk_block_exact(int MM, int TT, __m512 *a,
+                                                      const uint8_t *const blk[4], const uint16_t *xj)
 {
     const __m512i m87f0 = _mm512_set1_epi16((short)0x87F0), sub = subnormal_table();
     for (int c = 0; c < 8; c++)
@@ -579,24 +553,24 @@ static __attribute__((noinline)) void sm_block_exact(int MM, int TT, __m512 *a,
             const __m512i v = _mm512_loadu_si512(blk[t] + 64 * c);
             const __m512i lo = dec_lo_exact(v, m87f0, sub), hi = dec_hi_exact(v, m87f0, sub);
             for (int r = 0; r < MM; r++) {
-                a[r * 2 + t] = dp_bcast(a[r * 2 + t], lo, xj + r * QK_MX_BLOCK + 4 * c);
-                a[r * 2 + t] = dp_bcast(a[r * 2 + t], hi, xj + r * QK_MX_BLOCK + 4 * c + 2);
+                a[r * 4 + t] = dp_bcast(a[r * 4 + t], lo, xj + r * QK_MX_BLOCK + 4 * c);
+                a[r * 4 + t] = dp_bcast(a[r * 4 + t], hi, xj + r * QK_MX_BLOCK + 4 * c + 2);
             }
         }
 }
 
 /* Rows [m, m+MM) x tiles [t0, t0+TT), blocks [j0, j0+nj) (nj <= GROUP_BLOCKS: the chunk's
-   codes stay in L1 for the next row group); total [r][2][16] += the chunk's sum. Summation
+   codes stay in L1 for the next row group); total [r][rowf] += the chunk's sum (tile t at 16 t). Summation
    depth of an output: 32 + GROUP_BLOCKS + kb / GROUP_BLOCKS. */
-INLINE void sm_micro(const int MM, const int TT, const avx512_layout *l, const act512 *x, int64_t m,
-                     int64_t t0, int64_t j0, int64_t nj, float *total)
+INLINE void fk_micro(const int MM, const int TT, const avx512_layout *l, const act512 *x, int64_t m,
+                     int64_t t0, int64_t j0, int64_t nj, float *total, size_t rowf)
 {
     const __m512i m87f0 = _mm512_set1_epi16((short)0x87F0);
-    __m512 acc[SM_MM][2], run[SM_MM][2];
+    __m512 acc[FK_MM][4], run[FK_MM][4];
     for (int r = 0; r < MM; r++)
         for (int t = 0; t < TT; t++) acc[r][t] = run[r][t] = _mm512_setzero_ps();
-    const uint8_t *tile[2], *flags[2];
-    __m512i cw[2];
+    const uint8_t *tile[4], *flags[4];
+    __m512i cw[4];
     for (int t = 0; t < TT; t++) {
         tile[t] = l->codes + (t0 + t) * l->tile_bytes;
         flags[t] = l->flags + (t0 + t) * l->kbp;
@@ -604,7 +578,7 @@ INLINE void sm_micro(const int MM, const int TT, const avx512_layout *l, const a
     }
     for (int64_t j = j0; j < j0 + nj; j++) {
         const int64_t sbo = (j / SB_BLOCKS) * SB_BYTES, i = j % SB_BLOCKS;
-        const uint8_t *blk[2];
+        const uint8_t *blk[4];
         int exact = 0;
         for (int t = 0; t < TT; t++) {
             blk[t] = tile[t] + sbo + 64 + i * 512;
@@ -612,17 +586,17 @@ INLINE void sm_micro(const int MM, const int TT, const avx512_layout *l, const a
         }
         const uint16_t *xj = x->xf + (j * x->a.M + m) * QK_MX_BLOCK;   /* block-major */
         if (exact) {
-            __m512 a[SM_MM * 2];
+            __m512 a[FK_MM * 4];
             for (int r = 0; r < MM; r++)
-                for (int t = 0; t < TT; t++) a[r * 2 + t] = acc[r][t];
-            sm_block_exact(MM, TT, a, blk, xj);
+                for (int t = 0; t < TT; t++) a[r * 4 + t] = acc[r][t];
+            fk_block_exact(MM, TT, a, blk, xj);
             for (int r = 0; r < MM; r++)
-                for (int t = 0; t < TT; t++) acc[r][t] = a[r * 2 + t];
+                for (int t = 0; t < TT; t++) acc[r][t] = a[r * 4 + t];
         } else {
-            sm_block(MM, TT, acc, blk, xj, m87f0);
+            fk_block(MM, TT, acc, blk, xj, m87f0);
         }
         for (int t = 0; t < TT; t++) {
-            const __m512 f = sm_scale(tile[t] + sbo + 16 * i, cw[t], exact);
+            const __m512 f = fk_scale(tile[t] + sbo + 16 * i, cw[t], exact);
             for (int r = 0; r < MM; r++) {
                 run[r][t] = _mm512_fmadd_ps(acc[r][t], f, run[r][t]);
                 acc[r][t] = _mm512_setzero_ps();
@@ -631,88 +605,105 @@ INLINE void sm_micro(const int MM, const int TT, const avx512_layout *l, const a
     }
     for (int r = 0; r < MM; r++)
         for (int t = 0; t < TT; t++) {
-            float *o = total + ((size_t)r * 2 + (size_t)t) * 16;
+            float *o = total + (size_t)r * rowf + (size_t)t * 16;
             _mm512_store_ps(o, _mm512_add_ps(_mm512_load_ps(o), run[r][t]));
         }
 }
 
-/* up to 4 rows: 2 tiles at once; 5..8 rows: one tile (registers: 2 x MM x TT) */
-static void sm_dispatch(int MM, int TT, const avx512_layout *l, const act512 *x, int64_t m,
-                        int64_t t0, int64_t j0, int64_t nj, float *total)
+/* up to 3 rows: up to 4 tiles at once; 4 rows: 2; 5..12 rows: one tile (registers: 2 x MM x TT) */
+static void fk_dispatch(int MM, int TT, const avx512_layout *l, const act512 *x, int64_t m,
+                        int64_t t0, int64_t j0, int64_t nj, float *total, size_t rowf)
 {
-#define SM2(MMv)                                                                            \
+#define FK4(MMv)                                                                            \
     case MMv:                                                                              \
-        if (TT == 2) sm_micro(MMv, 2, l, x, m, t0, j0, nj, total);                         \
-        else sm_micro(MMv, 1, l, x, m, t0, j0, nj, total);                                 \
+        switch (TT) {                                                                      \
+        case 4: fk_micro(MMv, 4, l, x, m, t0, j0, nj, total, rowf); return;                      \
+        case 3: fk_micro(MMv, 3, l, x, m, t0, j0, nj, total, rowf); return;                      \
+        case 2: fk_micro(MMv, 2, l, x, m, t0, j0, nj, total, rowf); return;                      \
+        default: fk_micro(MMv, 1, l, x, m, t0, j0, nj, total, rowf); return;                     \
+        }
+#define FK2(MMv)                                                                            \
+    case MMv:                                                                              \
+        if (TT == 2) fk_micro(MMv, 2, l, x, m, t0, j0, nj, total, rowf);                         \
+        else fk_micro(MMv, 1, l, x, m, t0, j0, nj, total, rowf);                                 \
         return;
-#define SM1(MMv)                                                                            \
-    case MMv: sm_micro(MMv, 1, l, x, m, t0, j0, nj, total); return;
-    switch (MM) { SM2(1) SM2(2) SM2(3) SM2(4) SM1(5) SM1(6) SM1(7) default: SM1(8) }
-#undef SM1
-#undef SM2
+#define FK1(MMv)                                                                            \
+    case MMv: fk_micro(MMv, 1, l, x, m, t0, j0, nj, total, rowf); return;
+    switch (MM) {
+    FK4(1) FK4(2) FK4(3) FK2(4) FK1(5) FK1(6) FK1(7) FK1(8) FK1(9) FK1(10) FK1(11) default: FK1(12)
+    }
+#undef FK1
+#undef FK2
+#undef FK4
 }
 
-typedef struct sm_job {
+/* Tiles per group (and per call when M <= 4): 4 for M <= 3 (the weight stream is the limit:
+   more tiles in flight), 2 for M >= 4 (one tile per call from M = 5 on) */
+static int fk_group(int64_t M) { return M <= 3 ? 4 : 2; }
+
+typedef struct fk_job {
     const qk_linear_call *c;
     const avx512_layout *l;
     const act512 *x;
-    int64_t groups, chunk, next;   /* tile groups of 2, handed out chunk by chunk */
-    float *scratch;                /* per thread: total [M][2][16] */
-} sm_job;
+    int64_t groups, chunk, next;   /* tile groups of fk_group(M), handed out chunk by chunk */
+    float *scratch;                /* per thread: total [M][fk_group(M)][16] */
+} fk_job;
 
-static void sm_worker(const void *ctx, int64_t s0, int64_t s1)
+static void fk_worker(const void *ctx, int64_t s0, int64_t s1)
 {
-    sm_job *g = (sm_job *)(uintptr_t)ctx;
+    fk_job *g = (fk_job *)(uintptr_t)ctx;
     (void)s1;
     const qk_linear_call *c = g->c;
     const avx512_layout *l = g->l;
     const act512 *x = g->x;
-    const size_t rowf = 2 * 16;
+    const int G = fk_group(c->M);
+    const size_t rowf = (size_t)G * 16;
     float *total = g->scratch + (size_t)s0 * (size_t)c->M * rowf;
     for (;;) {
         const int64_t b = __atomic_fetch_add(&g->next, g->chunk, __ATOMIC_RELAXED);
         if (b >= g->groups) break;
         const int64_t e = g->groups - b < g->chunk ? g->groups : b + g->chunk;
         for (int64_t grp = b; grp < e; grp++) {
-            const int64_t t0 = grp * 2;
-            const int tt = l->tiles - t0 < 2 ? 1 : 2;
+            const int64_t t0 = grp * G;
+            const int tt = (int)(l->tiles - t0 < G ? l->tiles - t0 : G);
             memset(total, 0, (size_t)c->M * rowf * sizeof(float));
             for (int64_t j0 = 0; j0 < l->kbp; j0 += GROUP_BLOCKS) {
                 const int64_t nj = l->kbp - j0 < GROUP_BLOCKS ? l->kbp - j0 : GROUP_BLOCKS;
-                if (c->M <= 4)   /* one row group, both tiles at once */
-                    sm_dispatch((int)c->M, tt, l, x, 0, t0, j0, nj, total);
-                else             /* row groups of up to SM_MM, one tile at a time */
+                if (c->M <= 4)   /* one row group, the group's tiles at once */
+                    fk_dispatch((int)c->M, tt, l, x, 0, t0, j0, nj, total, rowf);
+                else             /* row groups of up to FK_MM, one tile at a time */
                     for (int t = 0; t < tt; t++)
-                        for (int64_t m = 0; m < c->M; m += SM_MM) {
-                            const int mm = (int)(c->M - m < SM_MM ? c->M - m : SM_MM);
-                            sm_dispatch(mm, 1, l, x, m, t0 + t, j0, nj,
-                                        total + (size_t)m * rowf + (size_t)t * 16);
+                        for (int64_t m = 0; m < c->M; m += FK_MM) {
+                            const int mm = (int)(c->M - m < FK_MM ? c->M - m : FK_MM);
+                            fk_dispatch(mm, 1, l, x, m, t0 + t, j0, nj,
+                                        total + (size_t)m * rowf + (size_t)t * 16, rowf);
                         }
             }
             for (int64_t m = 0; m < c->M; m++) {
                 if (x->exact[m]) continue;     /* the exact GEMV writes this row */
                 for (int t = 0; t < tt; t++)
-                    store_scaled(c, l, m, x->cx[m] + SM_EOFF, t0 + t,
+                    store_scaled(c, l, m, x->cx[m] + FK_EOFF, t0 + t,
                                  _mm512_load_ps(total + (size_t)m * rowf + (size_t)t * 16));
             }
         }
     }
 }
 
-static qk_status run_smallm(const qk_linear_call *c, const avx512_layout *l, const act512 *x)
+static qk_status run_folded(const qk_linear_call *c, const avx512_layout *l, const act512 *x)
 {
-    sm_job g;
+    fk_job g;
     memset(&g, 0, sizeof g);
     g.c = c;
     g.l = l;
     g.x = x;
-    g.groups = (l->tiles + 1) / 2;
-    int64_t threads = g.groups * 2 * l->tile_bytes * c->M < (1 << 20) ? 1 : qk_threads();
+    const int G = fk_group(c->M);
+    g.groups = (l->tiles + G - 1) / G;
+    int64_t threads = g.groups * G * l->tile_bytes * c->M < (192 << 10) ? 1 : qk_threads();
     if (threads > g.groups) threads = g.groups;
     g.chunk = g.groups / (threads * 8) > 1 ? g.groups / (threads * 8) : 1;
-    g.scratch = (float *)qk_linear_alloc((size_t)threads * (size_t)c->M * 2 * 16 * sizeof(float));
+    g.scratch = (float *)qk_linear_alloc((size_t)threads * (size_t)c->M * (size_t)G * 16 * sizeof(float));
     if (!g.scratch) return QK_ERR_NOMEM;
-    qk_parallel_for(threads, 1, 0, sm_worker, &g);
+    qk_parallel_for(threads, 1, 0, fk_worker, &g);
     qk_linear_free(g.scratch);
     return QK_OK;
 }
@@ -723,7 +714,6 @@ typedef struct gemm_job {
     const avx512_layout *l;
     const act512 *x;
     int64_t panels, pb, nblocks, mchunks, items, slots, next;
-    int fold;                      /* the folded kernels (weight and call allow it) */
     char *scratch;                 /* slots x slot_bytes */
     size_t slot_bytes;
 } gemm_job;
@@ -761,91 +751,6 @@ static void decode_panel(const avx512_layout *l, int64_t t0, int nt, int64_t j0,
                             weight_exp(tile + sbo + 16 * i, exact));
         }
     }
-}
-
-/* The folded panel: w~f = dec(w) · 2^(sw - 127 - Cw[n]) in BF16 (normal for every code when
-   the weight's rows span at most FOLD_SPAN), the block scale added to the exponent of every
-   nonzero element; zeros (and -0) stay as they are. Layout as decode_panel's, no exponents. */
-static void decode_panel_fold(const avx512_layout *l, int64_t t0, int nt, int64_t j0, int64_t nj,
-                              uint16_t *pw)
-{
-    const __m512i m87f0 = _mm512_set1_epi16((short)0x87F0), sub = subnormal_table();
-    for (int t = 0; t < nt; t++) {
-        const uint8_t *tile = l->codes + (t0 + t) * l->tile_bytes;
-        const __m512i cw = _mm512_loadu_si512(l->cw + (t0 + t) * TILE);
-        for (int64_t jj = 0; jj < nj; jj++) {
-            const int64_t j = j0 + jj, sbo = (j / SB_BLOCKS) * SB_BYTES, i = j % SB_BLOCKS;
-            const uint8_t *blk = tile + sbo + 64 + i * 512;
-            const int exact = l->flags[(t0 + t) * l->kbp + j];
-            const __m512i d = fold_add(tile + sbo + 16 * i, cw, exact);
-            uint16_t *o = pw + ((size_t)jj * 16 * NB + (size_t)t) * 32;
-            for (int c = 0; c < 8; c++) {
-                _mm_prefetch((const char *)blk + 64 * c + GEMM_PREFETCH, _MM_HINT_T1);
-                __m512i v = _mm512_loadu_si512(blk + 64 * c), lo, hi;
-                if (exact) {
-                    lo = dec_lo_exact(v, m87f0, sub);
-                    hi = dec_hi_exact(v, m87f0, sub);
-                } else {
-                    lo = dec_lo_pure(v, m87f0);
-                    hi = dec_hi_pure(v, m87f0);
-                }
-                lo = fold_lo(v, lo, d);
-                hi = fold_hi(v, hi, d);
-                _mm512_store_si512(o + (size_t)(2 * c) * NB * 32, lo);
-                _mm512_store_si512(o + (size_t)(2 * c + 1) * NB * 32, hi);
-            }
-        }
-    }
-}
-
-/* Folded: rows [m, m+RM) x tiles [0, TN), blocks [j0, j0+nj), plain BF16 dot products of the
-   folded operands (every product exact and normal, every partial sum a multiple of 2^-126:
-   nothing is flushed). acc sums FOLD_FLUSH blocks (64 products), run the k-chunk, ctot the
-   k-chunks: summation depth 64 + KCB/FOLD_FLUSH + kb/KCB. */
-INLINE void gemm_micro_fold(const int RM, const int TN, const act512 *x, int64_t m, int64_t j0,
-                            int64_t nj, const uint16_t *pw, float *ctot)
-{
-    __m512 acc[MR][NB], run[MR][NB];
-    for (int r = 0; r < RM; r++)
-        for (int t = 0; t < TN; t++) run[r][t] = acc[r][t] = _mm512_setzero_ps();
-    const uint16_t *xr[MR];
-    for (int r = 0; r < RM; r++) xr[r] = x->xf + (m + r) * x->kp + j0 * QK_MX_BLOCK;
-    for (int64_t jj = 0; jj < nj; jj++) {
-        const uint16_t *pb = pw + (size_t)jj * 16 * NB * 32;
-#pragma GCC unroll 16
-        for (int p = 0; p < 16; p++) {
-            __m512i b[NB];
-            for (int t = 0; t < TN; t++)
-                b[t] = _mm512_load_si512(pb + ((size_t)p * NB + (size_t)t) * 32);
-            for (int r = 0; r < RM; r++)
-                for (int t = 0; t < TN; t++)
-                    acc[r][t] = dp_bcast(acc[r][t], b[t], xr[r] + jj * QK_MX_BLOCK + 2 * p);
-        }
-        if (jj % FOLD_FLUSH == FOLD_FLUSH - 1 || jj == nj - 1)
-            for (int r = 0; r < RM; r++)
-                for (int t = 0; t < TN; t++) {
-                    run[r][t] = _mm512_add_ps(run[r][t], acc[r][t]);
-                    acc[r][t] = _mm512_setzero_ps();
-                }
-    }
-    for (int r = 0; r < RM; r++)
-        for (int t = 0; t < TN; t++) {
-            float *o = ctot + (size_t)r * NB * 16 + (size_t)t * 16;
-            _mm512_store_ps(o, _mm512_add_ps(_mm512_load_ps(o), run[r][t]));
-        }
-}
-
-static void gemm_micro_fold_dispatch(int RM, int TN, const act512 *x, int64_t m, int64_t j0,
-                                     int64_t nj, const uint16_t *pw, float *ctot)
-{
-#define GM(RMv, TNv) case TNv: gemm_micro_fold(RMv, TNv, x, m, j0, nj, pw, ctot); return;
-    switch (RM) {
-    case 1: switch (TN) { GM(1, 1) GM(1, 2) GM(1, 3) } break;
-    case 2: switch (TN) { GM(2, 1) GM(2, 2) GM(2, 3) } break;
-    case 3: switch (TN) { GM(3, 1) GM(3, 2) GM(3, 3) } break;
-    default: switch (TN) { GM(4, 1) GM(4, 2) GM(4, 3) } break;
-    }
-#undef GM
 }
 
 /* rows [m, m+RM) x tiles [0, TN) of the panel, blocks [j0, j0+nj): ctot [row][NB*16] += */
@@ -921,8 +826,7 @@ static void gemm_item(const gemm_job *g, int64_t item, char *scratch)
         for (int64_t p = 0; p < np; p++) {
             const int64_t t0 = (p0 + p) * NB;
             const int nt = (int)(l->tiles - t0 < NB ? l->tiles - t0 : NB);
-            if (g->fold) decode_panel_fold(l, t0, nt, j0, nj, pw + (size_t)p * PANEL_WORDS);
-            else decode_panel(l, t0, nt, j0, nj, pw + (size_t)p * PANEL_WORDS, pe + (size_t)p * PANEL_EXPS);
+            decode_panel(l, t0, nt, j0, nj, pw + (size_t)p * PANEL_WORDS, pe + (size_t)p * PANEL_EXPS);
         }
         for (int64_t ic = m0; ic < m1; ic += MI) {
             const int64_t ie = m1 - ic < MI ? m1 : ic + MI;
@@ -932,11 +836,8 @@ static void gemm_item(const gemm_job *g, int64_t item, char *scratch)
                     const int64_t t0 = (p0 + p) * NB;
                     const int nt = (int)(l->tiles - t0 < NB ? l->tiles - t0 : NB);
                     float *ct = ctot + (size_t)(p * rows + m - m0) * NB * 16;
-                    if (g->fold)
-                        gemm_micro_fold_dispatch(rm, nt, g->x, m, j0, nj, pw + (size_t)p * PANEL_WORDS, ct);
-                    else
-                        gemm_micro_dispatch(rm, nt, g->x, m, j0, nj, pw + (size_t)p * PANEL_WORDS,
-                                            pe + (size_t)p * PANEL_EXPS, ct);
+                    gemm_micro_dispatch(rm, nt, g->x, m, j0, nj, pw + (size_t)p * PANEL_WORDS,
+                                        pe + (size_t)p * PANEL_EXPS, ct);
                 }
             }
         }
@@ -945,14 +846,11 @@ static void gemm_item(const gemm_job *g, int64_t item, char *scratch)
         const int64_t t0 = (p0 + p) * NB;
         const int nt = (int)(l->tiles - t0 < NB ? l->tiles - t0 : NB);
         for (int64_t m = m0; m < m1; m++) {
-            if (g->fold && g->x->exact[m]) continue;   /* the exact GEMV writes this row */
             char *orow = c->out + qk_rows_offset(&c->outr, m);
             const float *cr = ctot + (size_t)(p * rows + m - m0) * NB * 16;
             for (int t = 0; t < nt; t++) {
                 const int64_t n0 = (t0 + t) * TILE;
-                const __m512 v = _mm512_load_ps(cr + (size_t)t * 16);
-                if (g->fold) store_scaled(c, l, m, g->x->cx[m], t0 + t, v);
-                else store16(orow, c->odt, n0, c->N - n0, c->bias, v);
+                store16(orow, c->odt, n0, c->N - n0, c->bias, _mm512_load_ps(cr + (size_t)t * 16));
             }
         }
     }
@@ -977,7 +875,6 @@ static qk_status run_gemm(const qk_linear_call *c, const avx512_layout *l, const
     g.c = c;
     g.l = l;
     g.x = x;
-    g.fold = x->fold;
     g.panels = (l->tiles + NB - 1) / NB;
     g.mchunks = (c->M + MC - 1) / MC;
     const double work = 2.0 * (double)c->M * (double)c->N * (double)c->K;
@@ -1005,16 +902,17 @@ static qk_status avx512_run(const qk_linear_call *c)
 {
     const avx512_layout *l = (const avx512_layout *)c->w->layout;
     act512 x;
-    const int fold = l->fold && c->M >= SM_MIN_M, gemv = !fold && c->M <= GEMV_MAX_M;
-    const int sm = fold && c->M <= SM_MAX_M;
-    qk_status st = act512_make(c, l->kbp, fold, sm, &x);
+    const int fold = l->fold;
+    qk_status st = act512_make(c, l->kbp, fold, &x);
     if (st) return st;
-    if (gemv) {
+    if (fold) {
+        st = run_folded(c, l, &x);
+        for (int64_t m = 0; !st && m < c->M; m++)   /* rows the folded kernel cannot take */
+            if (x.exact[m]) run_gemv(c, l, &x, m, m + 1);
+    } else if (c->M <= GEMV_MAX_M) {
         run_gemv(c, l, &x, 0, c->M);
     } else {
-        st = sm ? run_smallm(c, l, &x) : run_gemm(c, l, &x);
-        for (int64_t m = 0; fold && !st && m < c->M; m++)   /* rows the folded GEMM cannot take */
-            if (x.exact[m]) run_gemv(c, l, &x, m, m + 1);
+        st = run_gemm(c, l, &x);
     }
     act512_free(&x);
     return st;
