@@ -70,6 +70,7 @@
 #define FOLD_SPAN 54             /* folded kernel: largest sw span over a weight row's nonzero blocks */
 #define FK_MM 12                 /* folded kernel: rows per register tile (2 tiles up to 4 rows, then 1) */
 #define FK_PREFETCH (2 * SB_BYTES) /* folded kernel: bytes ahead in a tile's stream */
+#define FK_GROUP_MAX 8           /* folded kernel: most tiles per group (L2: x~ chunk + codes + sums) */
 #define FK_SPAN 40               /* folded kernel: largest sx span over a row's nonzero blocks */
 #define FK_XOFF 64               /* folded kernel: x~ offset, 2^64 (see the folded kernel) */
 #define FK_WOFF 60               /* folded kernel: block scale offset */
@@ -638,15 +639,24 @@ static void fk_dispatch(int MM, int TT, const avx512_layout *l, const act512 *x,
 }
 
 /* Tiles per group (and per call when M <= 4): 4 for M <= 3 (the weight stream is the limit:
-   more tiles in flight), 2 for M >= 4 (one tile per call from M = 5 on) */
-static int fk_group(int64_t M) { return M <= 3 ? 4 : 2; }
+   more tiles in flight), 2 for M = 4. From M = 5 on (one tile per call) a group's tiles share
+   each k-chunk of x~ while it is in L2, so more tiles per group read x~ from L3 fewer times
+   (M x K x 2 bytes per group: 17.8 MB at M = 512, K = 17408); up to FK_GROUP_MAX, keeping at
+   least 8 groups per thread for the shared counter to balance. */
+static int fk_group(int64_t M, int64_t tiles, int64_t threads)
+{
+    if (M <= 4) return M <= 3 ? 4 : 2;
+    int64_t g = tiles / (8 * threads);
+    return g < 2 ? 2 : g > FK_GROUP_MAX ? FK_GROUP_MAX : (int)g;
+}
 
 typedef struct fk_job {
     const qk_linear_call *c;
     const avx512_layout *l;
     const act512 *x;
-    int64_t groups, chunk, next;   /* tile groups of fk_group(M), handed out chunk by chunk */
-    float *scratch;                /* per thread: total [M][fk_group(M)][16] */
+    int G;                         /* tiles per group (fk_group) */
+    int64_t groups, chunk, next;   /* tile groups, handed out chunk by chunk */
+    float *scratch;                /* per thread: total [M][G][16] */
 } fk_job;
 
 static void fk_worker(const void *ctx, int64_t s0, int64_t s1)
@@ -656,7 +666,7 @@ static void fk_worker(const void *ctx, int64_t s0, int64_t s1)
     const qk_linear_call *c = g->c;
     const avx512_layout *l = g->l;
     const act512 *x = g->x;
-    const int G = fk_group(c->M);
+    const int G = g->G;
     const size_t rowf = (size_t)G * 16;
     float *total = g->scratch + (size_t)s0 * (size_t)c->M * rowf;
     for (;;) {
@@ -696,9 +706,10 @@ static qk_status run_folded(const qk_linear_call *c, const avx512_layout *l, con
     g.c = c;
     g.l = l;
     g.x = x;
-    const int G = fk_group(c->M);
+    int64_t threads = l->tiles * l->tile_bytes * c->M < (192 << 10) ? 1 : qk_threads();
+    const int G = fk_group(c->M, l->tiles, threads);
+    g.G = G;
     g.groups = (l->tiles + G - 1) / G;
-    int64_t threads = g.groups * G * l->tile_bytes * c->M < (192 << 10) ? 1 : qk_threads();
     if (threads > g.groups) threads = g.groups;
     g.chunk = g.groups / (threads * 8) > 1 ? g.groups / (threads * 8) : 1;
     g.scratch = (float *)qk_linear_alloc((size_t)threads * (size_t)c->M * (size_t)G * 16 * sizeof(float));
