@@ -6,6 +6,17 @@
  *                  42x ref, geometric means of `qk bench norm`)
  *   mx ops -> avx512 (BF16->E4M3: 15.8 Gelem/s per thread vs avx2 7.8, ref 0.08; Zen 5)
  */
+/* mxfp8_linear -> avx512. Its paths, by what `qk bench linear` and interleaved A/B runs
+ * measured on the 2-core Zen 4 (2026-12-03, 2 threads; BENCHMARKS.md):
+ *   every M, for a weight whose rows' block scales span at most 2^54: the folded kernel
+ *     (x's scales folded into its BF16 exponents, the weight decoded in registers once per
+ *     group of up to 12 rows, one FMA per block). It matched the exact GEMV at M = 1..3
+ *     (both at the weight stream: 0.85-0.93 of read bandwidth at M = 1 for 87.7 MiB), beat it
+ *     at M = 4, and beat a BF16-panel GEMM (exact or folded) from M = 5 to 512: M = 16
+ *     (5120, 5120) 3.60 -> 2.58 ms, M = 128 (17408, 5120) 109 -> 60 ms; at M = 512 it runs
+ *     0.70-0.83 of the vdpbf16ps peak, where oneDNN's BF16 matmul runs 0.86-0.95.
+ *   a weight with a wider row (quantized weights span a few powers of two): the exact GEMV (M <= 4) and the
+ *     exact BF16-panel GEMM (M > 4). */
 #include "internal.h"
 #include "ref/ref.h"
 #include "x86/x86.h"
@@ -26,7 +37,7 @@ const qk_target_table qk_target_table_built = {
         .mx_quantize = {"avx512", qk_mx_quantize_row_avx512},
         .mx_dequantize = {"avx512", qk_mx_dequantize_row_avx512},
         .mx_pack_scale_pairs = "ref",
-        .mxfp8_linear = &qk_linear_avx512,  /* vdpbf16ps GEMV/GEMM: 1.7x (M=1) .. 6x (M=512) avx2 in every cell of qk bench linear */
+        .mxfp8_linear = &qk_linear_avx512,  /* vdpbf16ps; paths below */
     },
     .gemma_shifted_weight = true,
 };
