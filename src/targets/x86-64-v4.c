@@ -15,8 +15,8 @@
  *     at M = 4, and beat a BF16-panel GEMM (exact or folded) from M = 5 to 512: M = 16
  *     (5120, 5120) 3.60 -> 2.58 ms, M = 128 (17408, 5120) 109 -> 60 ms; at M = 512 it runs
  *     0.70-0.83 of the vdpbf16ps peak, where oneDNN's BF16 matmul runs 0.86-0.95.
- *   a weight with a wider row (quantized weights span a few powers of two): the exact GEMV (M <= 4) and the
- *     exact BF16-panel GEMM (M > 4). */
+ *   a weight with a wider row (quantized weights span a few powers of two): the exact
+ *     GEMV (M <= 4) and the exact BF16-panel GEMM (M > 4). */
 #include "internal.h"
 #include "ref/ref.h"
 #include "x86/x86.h"
