@@ -15,7 +15,7 @@
 #include <string.h>
 
 #define MAXP 8
-#define TARGET_FRACTION 0.50
+#define TARGET_FRACTION 0.60 /* performance.md, Targets (round 2) */
 #define INTERLEAVE_BLOCK 10  /* timed calls per variant per turn */
 
 static const int64_t shapes_full[][2] = {{1, 4304}, {16, 5120}, {512, 5120}, {512, 17408}};
@@ -271,13 +271,22 @@ static bool write_json(const bench *bn, double timer, double g_api)
     for (int p = 0; p < bn->np; p++) qkb_json_num(&j, bn->prov[p]->name, geomean_of(bn, p));
     qkb_json_end(&j);
     qkb_json_array(&j, "summary");
-    qkb_json_object(&j, NULL);
-    qkb_json_str(&j, "figure", "fraction_of_copy");
-    qkb_json_str(&j, "label", "qk_mx_quantize BF16 -> MXFP8: fraction of copy bandwidth");
-    qkb_json_num(&j, "value", g_api);
-    qkb_json_num(&j, "target", TARGET_FRACTION);
-    qkb_json_str(&j, "result", g_api >= TARGET_FRACTION ? "PASS" : "MISS");
-    qkb_json_end(&j);
+    for (int i = 0; i < bn->ncells; i++) {
+        const cell *c = &bn->cells[i];
+        if (c->M != 512) continue; /* performance.md round 2: the [512, K] cells */
+        char label[96];
+        snprintf(label, sizeof label, "qk_mx_quantize BF16 -> MXFP8 [%lld, %lld]: fraction of copy bandwidth",
+                 (long long)c->M, (long long)c->K);
+        qkb_json_object(&j, NULL);
+        qkb_json_str(&j, "figure", "fraction_of_copy");
+        qkb_json_str(&j, "label", label);
+        qkb_json_int(&j, "M", c->M);
+        qkb_json_int(&j, "K", c->K);
+        qkb_json_num(&j, "value", c->api.fraction);
+        qkb_json_num(&j, "target", TARGET_FRACTION);
+        qkb_json_str(&j, "result", c->api.fraction >= TARGET_FRACTION ? "PASS" : "MISS");
+        qkb_json_end(&j);
+    }
     qkb_json_end(&j);
     if (!qkb_json_close(&j)) {
         fprintf(stderr, "qk bench quant: error writing %s\n", bn->opt.json);
@@ -433,7 +442,15 @@ int qk_bench_quant(int argc, char **argv)
         for (int p = 0; p < bn.np; p++) bad += !bn.cells[i].prov[p].same_bits;
     }
     printf("\nsummary (target of performance.md)%s\n", bn.opt.quick ? " -- --quick run, not the protocol" : "");
-    qkb_target_line("qk_mx_quantize BF16 -> MXFP8: fraction of copy bandwidth", g_api, TARGET_FRACTION, "");
+    /* performance.md round 2 judges the two [512, K] cells, each on its own */
+    for (int i = 0; i < bn.ncells; i++) {
+        const cell *c = &bn.cells[i];
+        if (c->M != 512) continue;
+        char label[96];
+        snprintf(label, sizeof label, "qk_mx_quantize BF16 -> MXFP8 [%lld, %lld]: fraction of copy bw",
+                 (long long)c->M, (long long)c->K);
+        qkb_target_line(label, c->api.fraction, TARGET_FRACTION, "");
+    }
     printf("  every output equals ref bit for bit: %s\n", bad ? "NO (! in the table)" : "yes");
     const qkb_cpu_mark mark1 = qkb_cpu_mark_now();
     bn.other_load = qkb_other_load(&mark0, &mark1);

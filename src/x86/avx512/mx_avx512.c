@@ -14,6 +14,18 @@
 #include <immintrin.h>
 
 #define AI static inline __attribute__((always_inline))
+/* Keeps v in a register: without it the compiler folds a vector used three times into three
+   loads, and a 512-bit load is a cycle of the load port here. */
+#define OPAQUE(v) __asm__("" : "+v"(v))
+
+/* 32-bit broadcast straight from memory (a load-port operation; GCC otherwise loads the
+   value into a general register and broadcasts from there, a vector-pipe cycle) */
+AI __m512i bcast32_mem(const int32_t *p)
+{
+    __m512i v;
+    __asm__("vpbroadcastd %1, %0" : "=v"(v) : "m"(*p));
+    return v;
+}
 
 /* Blocks with a scale byte below this go to the reference encoder: from here up, the 16-bit
    rebased magnitude cannot wrap, and input subnormals (< 2^-126) scale to below 2^-19, so
@@ -138,12 +150,20 @@ AI __m512 load16_f32(const void *x, const qk_dtype xdt, int64_t i, int64_t n)
 /* v[t] holds block t's magnitudes (16 u32 units, or 32 u16 halves when u16); returns the 16
    maxima as u32 lanes in block order (u16: the larger half already folded into the low 16
    bits; the high 16 bits are not cleared). */
+AI __m512i max_tree8(const __m512i w[8], const int u16);
 AI __m512i max_tree16(__m512i v[16], const int u16)
 {
-    __m512i w[8], u[4], d[2];
+    __m512i w[8];
     for (int i = 0; i < 8; i++) /* 128-bit lanes 0-1: block 2i, 2-3: block 2i+1 */
         w[i] = VMAX(u16, _mm512_shuffle_i64x2(v[2 * i], v[2 * i + 1], 0x44),
                     _mm512_shuffle_i64x2(v[2 * i], v[2 * i + 1], 0xee));
+    return max_tree8(w, u16);
+}
+
+/* the rest of the tree, from w[i] holding block 2i in its low 256 bits and 2i+1 in its high */
+AI __m512i max_tree8(const __m512i w[8], const int u16)
+{
+    __m512i u[4], d[2];
     for (int i = 0; i < 4; i++) /* 128-bit lane k: block 4i+k */
         u[i] = VMAX(u16, _mm512_shuffle_i64x2(w[2 * i], w[2 * i + 1], 0x88),
                     _mm512_shuffle_i64x2(w[2 * i], w[2 * i + 1], 0xdd));
@@ -300,6 +320,80 @@ AI void quantize_group_fast(const void *x, const qk_dtype xdt, int64_t j, const 
     }
 }
 
+/* ---- BF16: 16 whole blocks from registers, the codes packed with saturation ----
+ * The magnitudes a = |x| stay in registers from the maximum to the codes. With
+ * ap = a + (bias8 - b) * 128 (the rebased magnitude), a normal lane's code is RNE(ap >> sh)
+ * (away: ties up), which can exceed the format's largest code by a little (FLOOR: amax's
+ * rebased exponent is emax + bias8, so ap <= 2047 resp. 3967). Offsetting it by
+ * T = 255 - maxcode makes the signed-to-unsigned saturating pack clamp it at the top
+ * (255 = T + maxcode), and lanes far below the smallest subnormal (ap < -mb * 128) land
+ * below T, so that one saturating subtraction of T gives their code 0. The lanes in between
+ * (the element format's subnormal range, ap in [-mb * 128, 127]) land in [SUB_LO, SUB_HI]
+ * (a superset); a pair of blocks holding one is encoded by codes_bf16 instead. The sign
+ * comes from the signed saturating pack of x itself: bit 7 of each byte is x's sign. */
+#define SAT_T(e5) (255 - MAXCODE(e5))
+#define SUB_LO(e5) (SAT_T(e5) - ((e5) ? 8 : 24)) /* T + floor((-mb*128 + 2^(sh-1) - 1) / 2^sh) */
+#define SUB_HI(e5) (SAT_T(e5) + ((e5) ? 4 : 8))  /* T + (127 + 2^(sh-1)) >> sh */
+
+AI void quantize_group_bf16(const uint16_t *p, uint8_t *qb, uint8_t *sb, const qk_mx_options *o,
+                            const int rceil, const int e5, const int away, const uint32_t *ms)
+{
+    const int sh = 7 - MBITS(e5);
+    const __m512i abs = _mm512_set1_epi16(0x7fff);
+    __m512i b;
+    {
+        __m512i a[16];
+        for (int t = 0; t < 16; t++) a[t] = _mm512_and_si512(_mm512_loadu_si512(p + 32 * t), abs);
+        b = scale_bytes(_mm512_slli_epi32(max_tree16(a, 1), 16), rceil, e5, ms);
+    }
+    _mm_storeu_si128((__m128i *)sb, _mm512_cvtepi32_epi8(b));
+    const __mmask16 special = _mm512_cmpeq_epi32_mask(b, _mm512_set1_epi32(0xff)) |
+                              _mm512_cmplt_epi32_mask(b, _mm512_set1_epi32(FAST_MIN_SCALE));
+    if (__builtin_expect(special != 0, 0)) {
+        int32_t bs[16];
+        _mm512_storeu_si512(bs, b);
+        for (int t = 0; t < 16; t++) quantize_block(p, QK_DTYPE_BF16, t, 32, bs[t], o, qb, e5, away);
+        return;
+    }
+    /* per block: (bias8 - b) * 128 + T * 2^sh + the rounding constant, a 16-bit word held
+       twice in a 32-bit lane (a 32-bit broadcast from memory is a load) */
+    const int rnd = away ? 1 << (sh - 1) : (1 << (sh - 1)) - 1;
+    int32_t kk[16];
+    {
+        const __m512i k = _mm512_add_epi32(_mm512_slli_epi32(_mm512_sub_epi32(_mm512_set1_epi32(BIAS8(e5)), b), 7),
+                                           _mm512_set1_epi32((SAT_T(e5) << sh) + rnd));
+        _mm512_storeu_si512(kk, _mm512_or_si512(_mm512_and_si512(k, _mm512_set1_epi32(0xffff)), _mm512_slli_epi32(k, 16)));
+    }
+    const __m512i order = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
+    for (int t = 0; t < 16; t += 2) {
+        /* reloaded (L1) rather than kept: 16 registers of magnitudes would be spilled */
+        __m512i x0 = _mm512_loadu_si512(p + 32 * t), x1 = _mm512_loadu_si512(p + 32 * t + 32);
+        OPAQUE(x0);
+        OPAQUE(x1);
+        __m512i r0 = _mm512_add_epi16(_mm512_and_si512(x0, abs), bcast32_mem(kk + t));
+        __m512i r1 = _mm512_add_epi16(_mm512_and_si512(x1, abs), bcast32_mem(kk + t + 1));
+        if (!away) { /* + the code's last bit (bit sh of ap is bit sh of x) */
+            const __m512i lsb = _mm512_set1_epi16((short)(1 << sh)), one = _mm512_set1_epi16(1);
+            r0 = _mm512_mask_add_epi16(r0, _mm512_test_epi16_mask(x0, lsb), r0, one);
+            r1 = _mm512_mask_add_epi16(r1, _mm512_test_epi16_mask(x1, lsb), r1, one);
+        }
+        /* per 128-bit lane: 8 of block t, then 8 of block t+1 */
+        const __m512i y = _mm512_packus_epi16(_mm512_srai_epi16(r0, sh), _mm512_srai_epi16(r1, sh));
+        __m512i c;
+        if (__builtin_expect(_mm512_cmple_epu8_mask(_mm512_sub_epi8(y, _mm512_set1_epi8((char)SUB_LO(e5))),
+                                                    _mm512_set1_epi8(SUB_HI(e5) - SUB_LO(e5))) != 0, 0)) {
+            /* a lane in the subnormal range: the general encoder for these two blocks */
+            const short k0 = (short)(kk[t] - (SAT_T(e5) << sh) - rnd), k1 = (short)(kk[t + 1] - (SAT_T(e5) << sh) - rnd);
+            c = _mm512_packus_epi16(codes_bf16(x0, _mm512_set1_epi16(k0), e5, away),
+                                    codes_bf16(x1, _mm512_set1_epi16(k1), e5, away));
+        } else {
+            c = _mm512_ternarylogic_epi32(_mm512_subs_epu8(y, _mm512_set1_epi8((char)SAT_T(e5))),
+                                          _mm512_packs_epi16(x0, x1), _mm512_set1_epi8((char)0x80), 0xf8);
+        }
+        _mm512_storeu_si512(qb + 32 * t, _mm512_permutexvar_epi64(order, c));
+    }
+}
+
 /* ---- the row ---- */
 
 AI void quantize_row(const void *x, const qk_dtype xdt, int64_t K, const qk_mx_options *o,
@@ -310,6 +404,9 @@ AI void quantize_row(const void *x, const qk_dtype xdt, int64_t K, const qk_mx_o
     const uint32_t *ms = modelslim ? qk_mx_modelslim_thresholds(xdt) : NULL;
     const int64_t nfull = K / 32, kb = qk_mx_blocks(K);
     int64_t j = 0;
+    if (xdt == QK_DTYPE_BF16)
+        for (; j + 16 <= nfull; j += 16)
+            quantize_group_bf16((const uint16_t *)x + 32 * j, q + 32 * j, scale + j, o, rceil, e5, away, ms);
     for (; j + 16 <= nfull; j += 16) {
         const __m512i b = scale_bytes(group_amax(x, xdt, j), rceil, e5, ms);
         _mm_storeu_si128((__m128i *)(scale + j), _mm512_cvtepi32_epi8(b));
