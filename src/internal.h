@@ -21,6 +21,19 @@ QK_HIDDEN void qk_clear_error(void);
 QK_HIDDEN const char *qk_shape_str(const qk_tensor *t, char *buf, size_t n);
 
 /* ---- rows: the leading dims of a tensor whose last dim is contiguous ---- */
+/* qk_dtype_size, inline for the per-call checks (0 for an unknown dtype) */
+static inline size_t qk_dtype_bytes(qk_dtype d)
+{
+    switch (d) {
+    case QK_DTYPE_F32: case QK_DTYPE_I32: return 4;
+    case QK_DTYPE_F16: case QK_DTYPE_BF16: return 2;
+    case QK_DTYPE_F8_E4M3: case QK_DTYPE_F8_E5M2: case QK_DTYPE_E8M0:
+    case QK_DTYPE_U8: case QK_DTYPE_I8: return 1;
+    case QK_DTYPE_I64: return 8;
+    default: return 0;
+    }
+}
+
 typedef struct qk_rows {
     int32_t n;                       /* number of leading dims kept (0..3) */
     int64_t shape[QK_MAX_DIMS - 1];
@@ -40,7 +53,25 @@ static inline int64_t qk_rows_offset(const qk_rows *r, int64_t i)
 }
 
 /* Leading-dim description of t (all dims but the last), merged where strides allow. */
-QK_HIDDEN qk_rows qk_rows_of(const qk_tensor *t);
+static inline qk_rows qk_rows_of(const qk_tensor *t)
+{
+    qk_rows r;   /* entries past r.n are never read (qk_rows_offset) */
+    r.n = 0;
+    int64_t es = (int64_t)qk_dtype_bytes(t->dtype);
+    for (int32_t d = 0; d + 1 < t->ndim; d++) {
+        if (t->shape[d] == 1) continue; /* size-1 dims never move the pointer */
+        if (r.n > 0 && r.bstride[r.n - 1] == t->shape[d] * t->stride[d] * es) {
+            r.shape[r.n - 1] *= t->shape[d];        /* merge with the dim before */
+            r.bstride[r.n - 1] = t->stride[d] * es;
+            continue;
+        }
+        r.shape[r.n] = t->shape[d];
+        r.bstride[r.n] = t->stride[d] * es;
+        r.n++;
+    }
+    if (r.n == 0) { r.n = 1; r.shape[0] = 1; r.bstride[0] = 0; }
+    return r;
+}
 QK_HIDDEN int64_t qk_tensor_rows(const qk_tensor *t);   /* product of leading dims */
 /* ceil(K / 32), the scale blocks of K >= 0 elements, without K + 31 overflowing at INT64_MAX:
    every block count in the library and the tool is this one expression */

@@ -34,7 +34,7 @@ qk_status qk_check_tensor(const char *fn, const char *name, const qk_tensor *t)
                            "than INT64_MAX elements (rule: dims and byte spans must fit in int64)", fn,
                            name, (int)d, (long long)t->stride[d]);
     }
-    const int64_t es = qk_dtype_size(t->dtype) ? (int64_t)qk_dtype_size(t->dtype) : 1;
+    const int64_t es = qk_dtype_bytes(t->dtype) ? (int64_t)qk_dtype_bytes(t->dtype) : 1;
     int64_t bytes;
     if (__builtin_add_overflow(span, 1, &span) || __builtin_mul_overflow(span, es, &bytes))
         return qk_fail(QK_ERR_LAYOUT, "%s: %s spans more than INT64_MAX bytes (rule: dims and byte "

@@ -41,17 +41,7 @@ const char *qk_status_name(qk_status s)
 }
 
 /* ---- dtypes ---- */
-size_t qk_dtype_size(qk_dtype d)
-{
-    switch (d) {
-    case QK_DTYPE_F32: case QK_DTYPE_I32: return 4;
-    case QK_DTYPE_F16: case QK_DTYPE_BF16: return 2;
-    case QK_DTYPE_F8_E4M3: case QK_DTYPE_F8_E5M2: case QK_DTYPE_E8M0:
-    case QK_DTYPE_U8: case QK_DTYPE_I8: return 1;
-    case QK_DTYPE_I64: return 8;
-    default: return 0;
-    }
-}
+size_t qk_dtype_size(qk_dtype d) { return qk_dtype_bytes(d); }
 
 const char *qk_dtype_name(qk_dtype d)
 {
@@ -148,29 +138,9 @@ int64_t qk_tensor_rows(const qk_tensor *t)
     return r;
 }
 
-qk_rows qk_rows_of(const qk_tensor *t)
-{
-    qk_rows r;
-    memset(&r, 0, sizeof r);
-    int64_t es = (int64_t)qk_dtype_size(t->dtype);
-    for (int32_t d = 0; d + 1 < t->ndim; d++) {
-        if (t->shape[d] == 1) continue; /* size-1 dims never move the pointer */
-        if (r.n > 0 && r.bstride[r.n - 1] == t->shape[d] * t->stride[d] * es) {
-            r.shape[r.n - 1] *= t->shape[d];        /* merge with the dim before */
-            r.bstride[r.n - 1] = t->stride[d] * es;
-            continue;
-        }
-        r.shape[r.n] = t->shape[d];
-        r.bstride[r.n] = t->stride[d] * es;
-        r.n++;
-    }
-    if (r.n == 0) { r.n = 1; r.shape[0] = 1; r.bstride[0] = 0; }
-    return r;
-}
-
 void qk_tensor_extent(const qk_tensor *t, uintptr_t *lo, uintptr_t *hi)
 {
-    intptr_t es = (intptr_t)qk_dtype_size(t->dtype), mn = 0, mx = 0;
+    intptr_t es = (intptr_t)qk_dtype_bytes(t->dtype), mn = 0, mx = 0;
     for (int32_t d = 0; d < t->ndim; d++) {
         if (t->shape[d] <= 0) { *lo = *hi = (uintptr_t)t->data; return; }
         intptr_t span = (intptr_t)(t->shape[d] - 1) * (intptr_t)t->stride[d];
