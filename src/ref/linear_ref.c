@@ -106,6 +106,19 @@ void qk_linear_free(void *p)
     free(b - HDR);
 }
 
+/* The cache is the library's: freed with it (dlclose of a provider library, or exit), so no
+   buffer outlives the code that can hand it out. */
+__attribute__((destructor)) static void pool_release(void)
+{
+    pthread_mutex_lock(&pool.lock);
+    for (int i = 0; i < POOL_SLOTS; i++) {
+        if (pool.buf[i]) free(pool.buf[i] - HDR);
+        pool.buf[i] = NULL;
+    }
+    pool.bytes = 0;
+    pthread_mutex_unlock(&pool.lock);
+}
+
 void *qk_linear_alloc_weights(size_t bytes)
 {
     const size_t huge = (size_t)2 << 20;
