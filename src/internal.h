@@ -78,6 +78,14 @@ QK_HIDDEN int64_t qk_tensor_rows(const qk_tensor *t);   /* product of leading di
 static inline int64_t qk_mx_blocks(int64_t K) { return K / QK_MX_BLOCK + (K % QK_MX_BLOCK != 0); }
 /* Byte range [lo, hi) spanned by t's elements (empty tensors: lo == hi). */
 QK_HIDDEN void qk_tensor_extent(const qk_tensor *t, uintptr_t *lo, uintptr_t *hi);
+typedef struct qk_extent { uintptr_t lo, hi; } qk_extent;
+static inline qk_extent qk_extent_of(const qk_tensor *t)
+{
+    qk_extent e;
+    qk_tensor_extent(t, &e.lo, &e.hi);
+    return e;
+}
+static inline bool qk_extents_overlap(qk_extent a, qk_extent b) { return a.lo < b.hi && b.lo < a.hi; }
 /* true when a and b describe the same memory with the same layout */
 QK_HIDDEN bool qk_tensor_same(const qk_tensor *a, const qk_tensor *b);
 QK_HIDDEN bool qk_tensor_overlap(const qk_tensor *a, const qk_tensor *b);

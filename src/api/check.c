@@ -104,11 +104,17 @@ qk_status qk_check_no_self_overlap(const char *fn, const char *name, const qk_te
     return QK_OK;
 }
 
-qk_status qk_check_disjoint(const char *fn, const char *an, const qk_tensor *a, const char *bn,
-                            const qk_tensor *b)
+qk_status qk_check_disjoint_extents(const char *fn, const char *an, qk_extent a, const char *bn,
+                                    qk_extent b)
 {
-    if (qk_tensor_overlap(a, b))
+    if (qk_extents_overlap(a, b))
         return qk_fail(QK_ERR_LAYOUT, "%s: %s overlaps %s; outputs may not overlap inputs or each "
                        "other, except in the in-place forms the op names", fn, an, bn);
     return QK_OK;
+}
+
+qk_status qk_check_disjoint(const char *fn, const char *an, const qk_tensor *a, const char *bn,
+                            const qk_tensor *b)
+{
+    return qk_check_disjoint_extents(fn, an, qk_extent_of(a), bn, qk_extent_of(b));
 }

@@ -18,5 +18,8 @@ QK_HIDDEN qk_status qk_check_last_contiguous(const char *fn, const char *name, c
 QK_HIDDEN qk_status qk_check_no_self_overlap(const char *fn, const char *name, const qk_tensor *t);
 QK_HIDDEN qk_status qk_check_disjoint(const char *fn, const char *an, const qk_tensor *a,
                                       const char *bn, const qk_tensor *b);
+/* the same on extents computed once (qk_extent_of), for ops that check many pairs */
+QK_HIDDEN qk_status qk_check_disjoint_extents(const char *fn, const char *an, qk_extent a,
+                                              const char *bn, qk_extent b);
 
 #endif

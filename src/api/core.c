@@ -161,10 +161,7 @@ bool qk_tensor_same(const qk_tensor *a, const qk_tensor *b)
 
 bool qk_tensor_overlap(const qk_tensor *a, const qk_tensor *b)
 {
-    uintptr_t alo, ahi, blo, bhi;
-    qk_tensor_extent(a, &alo, &ahi);
-    qk_tensor_extent(b, &blo, &bhi);
-    return alo < bhi && blo < ahi;
+    return qk_extents_overlap(qk_extent_of(a), qk_extent_of(b));
 }
 
 /* ---- library information ---- */

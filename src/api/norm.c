@@ -34,34 +34,15 @@ static qk_status check_like_x(const char *fn, const char *name, const qk_tensor 
     return qk_check_data(fn, name, t);
 }
 
-/* A tensor's byte extent, computed once per call for the aliasing checks. */
-typedef struct extent { uintptr_t lo, hi; } extent;
-static extent extent_of(const qk_tensor *t)
-{
-    extent e;
-    qk_tensor_extent(t, &e.lo, &e.hi);
-    return e;
-}
-static bool ext_overlap(extent a, extent b) { return a.lo < b.hi && b.lo < a.hi; }
-
 /* out may be exactly `in` (in place) or disjoint from it. */
 static qk_status check_inplace_or_disjoint(const char *fn, const char *on, const qk_tensor *o,
-                                           extent oe, const char *in_name, const qk_tensor *in,
-                                           extent ie)
+                                           qk_extent oe, const char *in_name, const qk_tensor *in,
+                                           qk_extent ie)
 {
     if (qk_tensor_same(o, in)) return QK_OK;
-    if (ext_overlap(oe, ie))
+    if (qk_extents_overlap(oe, ie))
         return qk_fail(QK_ERR_LAYOUT, "%s: %s partially overlaps %s; it must be the same tensor "
                        "(same data and strides) or not overlap at all", fn, on, in_name);
-    return QK_OK;
-}
-
-/* qk_check_disjoint on precomputed extents (the same message) */
-static qk_status check_disjoint(const char *fn, const char *an, extent a, const char *bn, extent b)
-{
-    if (ext_overlap(a, b))
-        return qk_fail(QK_ERR_LAYOUT, "%s: %s overlaps %s; outputs may not overlap inputs or each "
-                       "other, except in the in-place forms the op names", fn, an, bn);
     return QK_OK;
 }
 
@@ -149,22 +130,24 @@ qk_status qk_norm_run(qk_norm_kind kind, const qk_norm_impl *impl, const qk_tens
     if ((st = qk_check_no_self_overlap(fn, "out", out))) return st;
     if (add && (st = qk_check_no_self_overlap(fn, "residual_out", out2))) return st;
     if (want_rstd && (st = qk_check_no_self_overlap(fn, "rstd", out2))) return st;
-    const extent ex = extent_of(x), ew = extent_of(weight), eo = extent_of(out);
-    const extent ee = extra ? extent_of(extra) : ex, e2 = out2 ? extent_of(out2) : eo;
+    /* each tensor's extent once: the aliasing checks take pairs of them */
+    const qk_extent ex = qk_extent_of(x), ew = qk_extent_of(weight), eo = qk_extent_of(out);
+    const qk_extent ee = extra ? qk_extent_of(extra) : ex, e2 = out2 ? qk_extent_of(out2) : eo;
     if ((st = check_inplace_or_disjoint(fn, "out", out, eo, "x", x, ex))) return st;
-    if ((st = check_disjoint(fn, "out", eo, "weight", ew))) return st;
+    if ((st = qk_check_disjoint_extents(fn, "out", eo, "weight", ew))) return st;
     if (add) {
-        if ((st = check_inplace_or_disjoint(fn, "residual_out", out2, e2, "residual", extra, ee))) return st;
-        if ((st = check_disjoint(fn, "residual_out", e2, "x", ex))) return st;
-        if ((st = check_disjoint(fn, "residual_out", e2, "weight", ew))) return st;
-        if ((st = check_disjoint(fn, "out", eo, "residual", ee))) return st;
-        if ((st = check_disjoint(fn, "out", eo, "residual_out", e2))) return st;
+        if ((st = check_inplace_or_disjoint(fn, "residual_out", out2, e2, "residual", extra, ee)))
+            return st;
+        if ((st = qk_check_disjoint_extents(fn, "residual_out", e2, "x", ex))) return st;
+        if ((st = qk_check_disjoint_extents(fn, "residual_out", e2, "weight", ew))) return st;
+        if ((st = qk_check_disjoint_extents(fn, "out", eo, "residual", ee))) return st;
+        if ((st = qk_check_disjoint_extents(fn, "out", eo, "residual_out", e2))) return st;
     }
-    if (gated && (st = check_disjoint(fn, "out", eo, "gate", ee))) return st;
+    if (gated && (st = qk_check_disjoint_extents(fn, "out", eo, "gate", ee))) return st;
     if (want_rstd) {
-        if ((st = check_disjoint(fn, "rstd", e2, "x", ex))) return st;
-        if ((st = check_disjoint(fn, "rstd", e2, "weight", ew))) return st;
-        if ((st = check_disjoint(fn, "rstd", e2, "out", eo))) return st;
+        if ((st = qk_check_disjoint_extents(fn, "rstd", e2, "x", ex))) return st;
+        if ((st = qk_check_disjoint_extents(fn, "rstd", e2, "weight", ew))) return st;
+        if ((st = qk_check_disjoint_extents(fn, "rstd", e2, "out", eo))) return st;
     }
 
     const int64_t rows = qk_tensor_rows(x);

@@ -68,7 +68,7 @@
 #define MI 128                   /* GEMM rows per inner block: their x~ k-chunk stays in L2 */
 #define PB 8                     /* GEMM panels per work item: decoded k-chunks stay in L2 */
 #define FOLD_SPAN 54             /* folded kernel: largest sw span over a weight row's nonzero blocks */
-#define FK_MM 12                 /* folded kernel: rows per register tile (2 tiles up to 4 rows, then 1) */
+#define FK_MM 12                 /* folded kernel: most rows per register group (see fk_dispatch) */
 #define FK_PREFETCH (2 * SB_BYTES) /* folded kernel: bytes ahead in a tile's stream */
 #define FK_GROUP_MAX 8           /* folded kernel: most tiles per group (L2: x~ chunk + codes + sums) */
 #define FK_SPAN 40               /* folded kernel: largest sx span over a row's nonzero blocks */
@@ -83,7 +83,7 @@ typedef struct avx512_layout {
     uint8_t *codes;                /* [tiles][kbp / 4] super-blocks */
     uint8_t *flags;                /* [tiles][kbp]: 1 = the block holds subnormal codes */
     int32_t *cw;                   /* [tiles][16]: Cw[n], the row's largest sw - 127 (folding) */
-    int fold;                      /* every row's scale span fits the folded GEMM (FOLD_SPAN) */
+    int fold;                      /* every row's scale span fits the folded kernel (FOLD_SPAN) */
 } avx512_layout;
 
 /* ---- prepare ---- */
@@ -238,7 +238,7 @@ typedef struct act512 {
     uint16_t *xf;     /* [kbp][M][32] (block-major): dec(qx) · 2^(sx - 127 - cx[m] + FK_XOFF), BF16
                          (zero for exact rows) */
     int32_t *cx;      /* [M]: the row's largest sx - 127 over its nonzero blocks */
-    uint8_t *exact;   /* [M]: 1 = the row cannot be folded (NaN/Inf, or a scale span over FOLD_SPAN) */
+    uint8_t *exact;   /* [M]: 1 = the row cannot be folded (NaN/Inf, or a scale span over FK_SPAN) */
 } act512;
 
 /* BF16 of dec(q[k]) · 2^e for a row's kbp blocks: e = X_EXP (the exact kernels' x~), or, for
@@ -286,11 +286,12 @@ static int fold_row_cx(const act512 *x, int64_t m, int32_t *cx)
 static void act_decode_range(const void *ctx, int64_t m0, int64_t m1)
 {
     const act512 *x = (const act512 *)ctx;
+    /* each table is made only when a row of this range needs it (a folded call rarely has
+       an exact row) */
     uint16_t tab_exact[128], tab_fold[128];
-    for (int i = 0; i < 128; i++) {
-        tab_exact[i] = qk_f32_to_bf16(ldexpf(qk_e4m3_to_f32((uint8_t)i), X_EXP));
-        tab_fold[i] = qk_f32_to_bf16(qk_e4m3_to_f32((uint8_t)i));
-    }
+    int have_exact = 0;
+    if (x->fold)
+        for (int i = 0; i < 128; i++) tab_fold[i] = qk_f32_to_bf16(qk_e4m3_to_f32((uint8_t)i));
     for (int64_t m = m0; m < m1; m++) {
         const uint8_t *q = x->a.q + m * x->a.qstride, *s = x->a.scale + m * x->a.sstride;
         if (x->fold) {
@@ -305,6 +306,11 @@ static void act_decode_range(const void *ctx, int64_t m0, int64_t m1)
             }
             for (int64_t j = 0; j < x->kbp; j++)   /* the folded kernels' rows: zero */
                 memset(o + j * os, 0, QK_MX_BLOCK * 2);
+        }
+        if (!have_exact) {
+            for (int i = 0; i < 128; i++)
+                tab_exact[i] = qk_f32_to_bf16(ldexpf(qk_e4m3_to_f32((uint8_t)i), X_EXP));
+            have_exact = 1;
         }
         x_decode_row(q, s, x->kbp, tab_exact, 0, 0, x->xt + m * x->kp, QK_MX_BLOCK);
         float *e = x->ex + m * x->kbp;
@@ -495,7 +501,7 @@ static void run_gemv(const qk_linear_call *c, const avx512_layout *l, const act5
     }
 }
 
-/* ---- the folded kernel' output ---- */
+/* ---- the folded kernel's output ---- */
 /* out = acc · 2^(e + Cw[n]) (one rounding, only when the result is subnormal), + bias */
 static void store_scaled(const qk_linear_call *c, const avx512_layout *l, int64_t m, int32_t e,
                          int64_t tile, __m512 acc)
