@@ -8,14 +8,22 @@ SHELL := /bin/bash
 JOBS ?= $(shell nproc)
 TARGET ?= native
 PREFIX ?= /usr/local
-TEST_TARGETS := generic x86-64-v3 x86-64-v4
+# Targets come from their CMake fragments (cmake/targets/<target>.cmake, each naming its
+# architecture): the host's own run natively, the others' under qemu-user where a cross
+# toolchain file exists (cmake/toolchains/<arch>.cmake).
+HOST_ARCH := $(subst x86_64,x86,$(subst aarch64,arm,$(shell uname -m)))
+targets_of = $(sort $(basename $(notdir $(shell grep -l '^set(QK_TARGET_ARCH $(1))' cmake/targets/*.cmake))))
+TEST_TARGETS := generic $(call targets_of,$(HOST_ARCH))
+CROSS_ARCHS := $(filter-out $(HOST_ARCH),$(basename $(notdir $(wildcard cmake/toolchains/*.cmake))))
 TEST_COMPILERS := gcc clang
 APT_PACKAGES := cmake make gcc clang libomp-dev libclang-rt-dev pkg-config libjansson-dev python3 python3-pip python3-venv python3-dev
+# cross builds for arm on an x86 host: Debian's gcc, the arm64 jansson (multiarch) and qemu-user
+CROSS_APT_arm := gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user libjansson-dev:arm64
 # torch from PyPI (with its CUDA libraries) installs in about 2 minutes on a fresh machine
 PIP_PACKAGES := numpy ml_dtypes safetensors pytest torch scikit-build-core
 PYVENV := build/pyvenv
 
-.PHONY: all build demo test deps pydeps pyinstall install fuzz bench bench-deps clean
+.PHONY: all build demo test test-cross cross-deps deps pydeps pyinstall install fuzz bench bench-deps clean
 
 all: build
 
@@ -29,6 +37,16 @@ deps:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
+
+cross-deps: deps
+	@for a in $(CROSS_ARCHS); do pk="$(CROSS_APT_$(a))"; missing=""; \
+	  for p in $$pk; do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; done; \
+	  if [ -n "$$missing" ]; then \
+	    echo "make: installing for the $$a cross build:$$missing"; \
+	    SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	    case "$$missing" in *:arm64*) $$SUDO dpkg --add-architecture arm64;; esac; \
+	    $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	  fi; done
 
 pydeps: deps
 	@python3 -c "import numpy, ml_dtypes, safetensors, pytest, torch, scikit_build_core" 2>/dev/null || \
@@ -64,7 +82,21 @@ test: pydeps
 	  UBSAN_OPTIONS=print_stacktrace=1 $(PYVENV)/bin/python -m pytest -q tests/python/test_hostile_inputs.py \
 	  tests/python/test_msmodelslim_compat.py
 	tests/fuzz/run.sh 15
+	$(MAKE) test-cross
 	@echo "make test: all configurations passed"
+
+# ---- the other architectures' targets: cross-built with gcc, every test run under qemu-user
+#      (QEMU_CPU=max: every feature qemu emulates, BF16 included), with UBSan (ASan does not run
+#      under qemu-user) ----
+test-cross: cross-deps
+	@set -e; for a in $(CROSS_ARCHS); do \
+	  for t in $$(grep -l "^set(QK_TARGET_ARCH $$a)" cmake/targets/*.cmake | xargs -n1 basename | sed 's/\.cmake$$//' | sort); do \
+	  d=build-test/cross-$$t; mkdir -p build-test; echo "== gcc, target $$t under qemu-user (UBSan) =="; \
+	  cmake -S . -B $$d -DCMAKE_TOOLCHAIN_FILE=cmake/toolchains/$$a.cmake -DQK_TARGET=$$t -DQK_SANITIZE=ON \
+	    -DQK_SANITIZERS=undefined -DCMAKE_BUILD_TYPE=RelWithDebInfo > $$d.log 2>&1 || { cat $$d.log; exit 1; }; \
+	  cmake --build $$d -j $(JOBS) >> $$d.log 2>&1 || { cat $$d.log; exit 1; }; \
+	  QEMU_CPU=max UBSAN_OPTIONS=print_stacktrace=1 ctest --test-dir $$d --output-on-failure -j $(JOBS); \
+	done; done
 
 # ---- the Python package, installed the way a user does (pip install .) into a venv that
 #      sees the system's numpy/torch ----

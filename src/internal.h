@@ -98,15 +98,12 @@ typedef void (*qk_range_fn)(const void *ctx, int64_t begin, int64_t end);
 QK_HIDDEN void qk_parallel_for(int64_t n, int64_t bytes_per_item, int64_t min_bytes,
                                qk_range_fn fn, const void *ctx);
 
-/* ---- CPU features ---- */
-enum {
-    QK_CPU_AVX2 = 1u << 0, QK_CPU_FMA = 1u << 1, QK_CPU_F16C = 1u << 2,
-    QK_CPU_AVX512F = 1u << 3, QK_CPU_AVX512BW = 1u << 4, QK_CPU_AVX512VL = 1u << 5,
-    QK_CPU_AVX512DQ = 1u << 6, QK_CPU_AVX512BF16 = 1u << 7,
-};
-QK_HIDDEN unsigned qk_cpu_features(void);        /* what this CPU has (or the test fake) */
-QK_HIDDEN const char *qk_cpu_feature_name(unsigned bit);
-/* Test hooks: replace the feature query (NULL restores cpuid) and forget qk_init's result. */
+/* ---- CPU features: the bits, and the per-architecture query in src/cpu/<arch>.c ---- */
+#include "cpu/cpu.h"
+/* what this CPU has: the architecture's query, or the test fake */
+QK_HIDDEN unsigned qk_cpu_features(void);
+/* Test hooks: replace the feature query (NULL restores the real one) and forget qk_init's
+   result. */
 QK_HIDDEN void qk_test_set_cpu_query(unsigned (*query)(void));
 QK_HIDDEN void qk_test_reset_init(void);
 
@@ -255,28 +252,49 @@ typedef struct qk_provider_set {     /* one compiled provider: what it implement
     qk_ops ops;                       /* NULL fn where it does not implement an op */
 } qk_provider_set;
 
-/* Every provider compiled into this build, ref first; NULL-terminated. */
+/* Every provider compiled into this build, ref first; NULL-terminated (src/api/providers.c,
+   from the list the target's CMake fragment generates). */
 QK_HIDDEN extern const qk_provider_set *const qk_all_providers[];
 QK_HIDDEN extern const qk_provider_set qk_provider_ref;
-#ifdef QK_HAVE_AVX2
-QK_HIDDEN extern const qk_provider_set qk_provider_avx2;
-#endif
-#ifdef QK_HAVE_AVX512
-QK_HIDDEN extern const qk_provider_set qk_provider_avx512;
-#endif
+/* each ISA provider's set, qk_provider_<name> (defined in its folder's provider_<name>.c) */
+#define QK_PROVIDER(name) QK_HIDDEN extern const qk_provider_set qk_provider_##name;
+#include "qk_providers.h"
+#undef QK_PROVIDER
 
-typedef struct qk_target_table {
-    const char *name;                 /* "generic", "x86-64-v3", "x86-64-v4" */
-    unsigned cpu_features;
-    qk_ops ops;                       /* complete: every op has a provider */
+/* A build target, as a BLIS config is: the reference provider's ops with the overrides the
+   target names, each override pointing at a provider's own set (src/targets/<target>.c).
+   NULL keeps the reference provider's op. */
+typedef struct qk_target_overrides {
+    const qk_provider_set *norm[QK_NORM_KINDS];   /* indexed by qk_norm_kind */
+    const qk_provider_set *mx_quantize, *mx_dequantize, *mx_pack_scale_pairs, *mxfp8_linear;
+} qk_target_overrides;
+#define QK_NORM_ALL(set) {(set), (set), (set), (set), (set)}
+
+typedef struct qk_target_config {
+    const char *name;                 /* "generic", "x86-64-v3", "x86-64-v4", "aarch64", ... */
+    qk_target_overrides overrides;
     /* Measured per target (`qk bench gemma-shift`): when true, a serving layer that keeps a
        Gemma weight should also keep the f32 1 + w and run (add_)rms_norm with it instead of
        the native (1 + w) kernel — same bits, less work per call. */
     bool gemma_shifted_weight;
-} qk_target_table;
+} qk_target_config;
 
-/* The table of the target this library was built for (src/targets/<target>.c). */
-QK_HIDDEN extern const qk_target_table qk_target_table_built;
+/* The config of the target this library was built for (src/targets/<target>.c). */
+QK_HIDDEN extern const qk_target_config qk_target_config_built;
+
+/* The staged table, resolved from qk_target_config_built when the library loads
+   (src/api/target.c): every op from its provider's own set, and the CPU features the
+   target needs = the union of those its providers need. Written once, by the library's
+   constructor, before any call can read it. */
+typedef struct qk_target_table {
+    const char *name;
+    unsigned cpu_features;
+    qk_ops ops;                       /* complete: every op has a provider */
+    bool gemma_shifted_weight;
+} qk_target_table;
+QK_HIDDEN extern qk_target_table qk_target_table_built;
+/* Resolves a config into a table (the loader's step; tests check it on the built config). */
+QK_HIDDEN void qk_target_resolve(const qk_target_config *cfg, qk_target_table *t);
 
 /* Op names in the order of qk_provider(): used by qk info and the table test. */
 QK_HIDDEN extern const char *const qk_op_names[];

@@ -278,7 +278,7 @@ static void test_zero_row_rule(void)
 {
     for (int pi = 0; qk_all_providers[pi]; pi++) {
         const qk_provider_set *p = qk_all_providers[pi];
-        if (!provider_runs(p)) continue;
+        if (!provider_runs(p) || !p->ops.norm[QK_NORM_GEMMA].fn) continue; /* (some have no norm op) */
         for (int64_t H = 1; H <= 70; H += 23) {
             uint16_t x[70] = {0}, out[70];
             float w[70], r = 0;
@@ -309,7 +309,7 @@ static void test_gemma_offset_in_f32(void)
 {
     for (int pi = 0; qk_all_providers[pi]; pi++) {
         const qk_provider_set *p = qk_all_providers[pi];
-        if (!provider_runs(p)) continue;
+        if (!provider_runs(p) || !p->ops.norm[QK_NORM_GEMMA].fn) continue; /* (some have no norm op) */
         int64_t H = 40;
         float x[40], out[40];
         uint16_t w[40];
@@ -330,7 +330,7 @@ static void test_nonfinite_rows_isolated(void)
 {
     for (int pi = 0; qk_all_providers[pi]; pi++) {
         const qk_provider_set *p = qk_all_providers[pi];
-        if (!provider_runs(p)) continue;
+        if (!provider_runs(p) || !p->ops.norm[QK_NORM_GEMMA].fn) continue; /* (some have no norm op) */
         int64_t shape[2] = {3, 100}, H = 100;
         float x[300], out1[300], out2[300], w[100];
         uint64_t rng = 7;
@@ -374,7 +374,7 @@ static void test_row_bits_independent_of_batch(void)
     enum { R = 5 };
     for (int pi = 0; qk_all_providers[pi]; pi++) {
         const qk_provider_set *p = qk_all_providers[pi];
-        if (!provider_runs(p)) continue;
+        if (!provider_runs(p) || !p->ops.norm[QK_NORM_GEMMA].fn) continue; /* (some have no norm op) */
         for (int di = 0; di < 3; di++)
             for (int ki = 0; ki < 3; ki++)
                 for (int hi = 0; hi < (int)(sizeof Hb / sizeof Hb[0]); hi++)

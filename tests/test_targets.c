@@ -51,16 +51,57 @@ static void test_table_is_complete(void)
           t->ops.mx_dequantize.provider);
     CHECK(pl && t->ops.mxfp8_linear == pl->ops.mxfp8_linear, "mxfp8_linear: not %s's own",
           t->ops.mxfp8_linear ? t->ops.mxfp8_linear->provider : "-");
-    /* and the providers each target stages (README's targets table), stated independently */
-    const char *want = !strcmp(t->name, "x86-64-v4") ? "avx512" : !strcmp(t->name, "x86-64-v3") ? "avx2" : "ref";
+    /* and the providers each target stages, stated independently by its CMake fragment
+       (QK_TARGET_STAGES: "norm=<p> mx_quantize=<p> ..."; "norm" is the five norm ops, an op
+       not named stages ref) */
     for (int i = 0; qk_op_names[i]; i++) {
-        const char *expect = !strcmp(qk_op_names[i], "mx_pack_scale_pairs") ? "ref" : want;
-        CHECK(qk_provider(qk_op_names[i]) && !strcmp(qk_provider(qk_op_names[i]), expect),
-              "target %s stages %s for %s; its table documents %s", t->name,
-              qk_provider(qk_op_names[i]) ? qk_provider(qk_op_names[i]) : "nothing", qk_op_names[i], expect);
+        const char *op = qk_op_names[i], *key = i < QK_NORM_KINDS ? "norm" : op;
+        char expect[32] = "ref", pat[48];
+        snprintf(pat, sizeof pat, "%s=", key);
+        const char *stages = QK_TEST_STAGES;
+        for (const char *q = stages; (q = strstr(q, pat)) != NULL; q += strlen(pat))
+            if (q == stages || q[-1] == ' ') {
+                sscanf(q + strlen(pat), "%31s", expect);
+                break;
+            }
+        CHECK(qk_provider(op) && !strcmp(qk_provider(op), expect),
+              "target %s stages %s for %s; its CMake fragment documents %s", t->name,
+              qk_provider(op) ? qk_provider(op) : "nothing", op, expect);
     }
     CHECK(qk_provider("no_such_op") == NULL, "unknown op must give NULL");
     CHECK(qk_provider(NULL) == NULL, "NULL op must give NULL");
+}
+
+/* The table is the config resolved: ref's ops with exactly the config's overrides, each from
+   the overriding provider's own set, and the union of their CPU features. */
+static void test_table_is_the_config_resolved(void)
+{
+    const qk_target_config *cfg = &qk_target_config_built;
+    qk_target_table r;
+    qk_target_resolve(cfg, &r);
+    CHECK(!memcmp(&r.ops, &qk_target_table_built.ops, sizeof r.ops) &&
+          r.cpu_features == qk_target_table_built.cpu_features && !strcmp(r.name, cfg->name),
+          "the staged table is not its config resolved");
+    /* overrides name compiled ISA providers, never ref (ref is the base) */
+    const qk_provider_set *const *o = &cfg->overrides.norm[0];
+    const size_t n = sizeof cfg->overrides / sizeof *o;
+    for (size_t i = 0; i < n; i++) {
+        if (!o[i]) continue;
+        int compiled = 0;
+        for (int p = 1; qk_all_providers[p]; p++) compiled |= qk_all_providers[p] == o[i];
+        CHECK(compiled, "override %zu names %s, not a compiled ISA provider", i, o[i]->name);
+    }
+    /* a config overriding one op takes that op, and only its features, from that set */
+    const qk_provider_set *last = NULL;
+    for (int p = 0; qk_all_providers[p]; p++)
+        if (qk_all_providers[p]->ops.mx_dequantize.fn) last = qk_all_providers[p];
+    qk_target_config one = {.name = "one", .overrides = {.mx_dequantize = last}};
+    qk_target_resolve(&one, &r);
+    CHECK(r.ops.mx_dequantize.fn == last->ops.mx_dequantize.fn &&
+          r.ops.mx_quantize.fn == qk_provider_ref.ops.mx_quantize.fn &&
+          r.ops.mxfp8_linear == qk_provider_ref.ops.mxfp8_linear &&
+          r.ops.norm[QK_NORM_GEMMA].fn == qk_provider_ref.ops.norm[QK_NORM_GEMMA].fn &&
+          r.cpu_features == last->cpu_features, "one override resolved wrong");
 }
 
 static void test_reference_provider_is_complete(void)
@@ -80,6 +121,23 @@ static void test_info_strings(void)
     CHECK(sscanf(qk_version(), "%d.%d.%d", &a, &b, &c) == 3, "version '%s'", qk_version());
 }
 
+/* The best target a CPU runs, stated independently of src/cpu per architecture. */
+static const char *expected_best(unsigned have)
+{
+#if defined(__x86_64__)
+    const unsigned v3 = QK_CPU_AVX2 | QK_CPU_FMA | QK_CPU_F16C;
+    const unsigned v4 = v3 | QK_CPU_AVX512F | QK_CPU_AVX512BW | QK_CPU_AVX512VL |
+                        QK_CPU_AVX512DQ | QK_CPU_AVX512BF16;
+    return (have & v4) == v4 ? "x86-64-v4" : (have & v3) == v3 ? "x86-64-v3" : "generic";
+#elif defined(__aarch64__)
+    if (!(have & QK_CPU_NEON)) return "generic";
+    return (have & QK_CPU_ARM_BF16) ? "aarch64-bf16" : "aarch64";
+#else
+    (void)have;
+    return "generic";
+#endif
+}
+
 static unsigned no_features(void) { return 0; }
 
 static void test_cpu_lacking_features_is_refused(void)
@@ -94,7 +152,9 @@ static void test_cpu_lacking_features_is_refused(void)
         CHECK(st == QK_ERR_CPU, "init on a featureless CPU gave %s", qk_status_name(st));
         const char *m = qk_last_error();
         CHECK(strstr(m, t->name) != NULL, "message does not name the target: %s", m);
-        CHECK(strstr(m, "AVX2") != NULL, "message does not name a missing feature: %s", m);
+        const unsigned low = t->cpu_features & (0u - t->cpu_features);
+        CHECK(strstr(m, qk_cpu_feature_name(low)) != NULL,
+              "message does not name the missing feature %s: %s", qk_cpu_feature_name(low), m);
         CHECK(strstr(m, "-DQK_TARGET=generic") != NULL, "message does not name the target to "
               "rebuild with: %s", m);
         /* every op refuses, writing nothing */
@@ -135,8 +195,8 @@ static void test_real_cpu_is_checked(void)
         if (missing & bit)
             CHECK(strstr(m, qk_cpu_feature_name(bit)) != NULL, "message does not name %s: %s",
                   qk_cpu_feature_name(bit), m);
-    const unsigned v3 = QK_CPU_AVX2 | QK_CPU_FMA | QK_CPU_F16C;
-    const char *alt = (have & v3) == v3 ? "-DQK_TARGET=x86-64-v3" : "-DQK_TARGET=generic";
+    char alt[64];
+    snprintf(alt, sizeof alt, "-DQK_TARGET=%s", expected_best(have));
     CHECK(strstr(m, alt) != NULL, "message does not advise %s: %s", alt, m);
     /* every op refuses, writing nothing, and keeps refusing */
     int64_t H = 4;
@@ -150,19 +210,45 @@ static void test_real_cpu_is_checked(void)
     for (size_t i = 0; i < sizeof out; i++) CHECK(o[i] == 0x5A, "output written");
 }
 
-static unsigned only_v3(void) { return QK_CPU_AVX2 | QK_CPU_FMA | QK_CPU_F16C; }
-
-static void test_v4_on_v3_cpu_names_v3(void)
+static void test_best_target_per_cpu(void)
 {
-    if (!(qk_target_table_built.cpu_features & QK_CPU_AVX512F)) {
-        qk_test_skip("test_v4_on_v3_cpu_names_v3", "target does not need AVX-512");
+    /* every subset of the architecture's known bits (those with a name) */
+    unsigned known = 0;
+    for (unsigned bit = 1; bit; bit <<= 1)
+        if (strcmp(qk_cpu_feature_name(bit), "?")) known |= bit;
+    for (unsigned sub = known;; sub = (sub - 1) & known) {
+        CHECK(!strcmp(qk_cpu_best_target(sub), expected_best(sub)), "features %#x: best %s, want %s",
+              sub, qk_cpu_best_target(sub), expected_best(sub));
+        if (!sub) break;
+    }
+    CHECK(!strcmp(qk_cpu_best_target(qk_cpu_query_host()), expected_best(qk_cpu_query_host())),
+          "this CPU");
+}
+
+static unsigned fake_have;
+static unsigned fake_query(void) { return fake_have; }
+
+/* A CPU with every feature of the target but its highest one is refused, naming that
+   feature and advising the best target it runs (x86-64-v4 without AVX512_BF16: x86-64-v3;
+   aarch64-bf16 without BF16: aarch64). */
+static void test_one_feature_short_names_it(void)
+{
+    const unsigned need = qk_target_table_built.cpu_features;
+    if (!need) {
+        qk_test_skip("test_one_feature_short_names_it", "target needs no CPU feature");
         return;
     }
-    qk_test_set_cpu_query(only_v3);
+    unsigned top = 1u << 31;
+    while (!(need & top)) top >>= 1;
+    fake_have = need & ~top;
+    qk_test_set_cpu_query(fake_query);
     qk_test_reset_init();
     qk_status st = qk_init();
-    CHECK(st == QK_ERR_CPU && strstr(qk_last_error(), "AVX512F") &&
-          strstr(qk_last_error(), "-DQK_TARGET=x86-64-v3"), "%s", qk_last_error());
+    char alt[64];
+    snprintf(alt, sizeof alt, "-DQK_TARGET=%s", expected_best(fake_have));
+    CHECK(st == QK_ERR_CPU && strstr(qk_last_error(), qk_cpu_feature_name(top)) &&
+          strstr(qk_last_error(), alt), "want %s and %s: %s", qk_cpu_feature_name(top), alt,
+          qk_last_error());
     qk_test_set_cpu_query(NULL);
     qk_test_reset_init();
 }
@@ -173,7 +259,9 @@ int main(void)
     RUN(test_reference_provider_is_complete);
     RUN(test_info_strings);
     RUN(test_cpu_lacking_features_is_refused);
-    RUN(test_v4_on_v3_cpu_names_v3);
+    RUN(test_one_feature_short_names_it);
+    RUN(test_best_target_per_cpu);
+    RUN(test_table_is_the_config_resolved);
     RUN(test_real_cpu_is_checked);
     return qk_test_finish();
 }

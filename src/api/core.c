@@ -189,51 +189,10 @@ const char *qk_ops_provider(const qk_ops *ops, const char *op)
 
 const char *qk_provider(const char *op) { return qk_ops_provider(&qk_target_table_built.ops, op); }
 
-/* ---- CPU features and the once-only check ---- */
-static unsigned qk_cpuid_features(void)
-{
-    unsigned f = 0;
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2")) f |= QK_CPU_AVX2;
-    if (__builtin_cpu_supports("fma")) f |= QK_CPU_FMA;
-    if (__builtin_cpu_supports("avx512f")) f |= QK_CPU_AVX512F;
-    if (__builtin_cpu_supports("avx512bw")) f |= QK_CPU_AVX512BW;
-    if (__builtin_cpu_supports("avx512vl")) f |= QK_CPU_AVX512VL;
-    if (__builtin_cpu_supports("avx512dq")) f |= QK_CPU_AVX512DQ;
-    {
-        /* F16C: CPUID.1:ECX bit 29; AVX512-BF16: CPUID.(7,1):EAX bit 5. */
-        unsigned a, b, c, d;
-        __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(1), "c"(0));
-        if (c & (1u << 29)) f |= QK_CPU_F16C;
-        __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0), "c"(0));
-        if (a >= 7) {
-            __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(1));
-            if (a & (1u << 5)) f |= QK_CPU_AVX512BF16;
-        }
-    }
-#endif
-    return f;
-}
-
-static unsigned (*qk_cpu_query)(void) = qk_cpuid_features;
+/* ---- CPU features (src/cpu/<arch>.c) and the once-only check ---- */
+static unsigned (*qk_cpu_query)(void) = qk_cpu_query_host;
 
 unsigned qk_cpu_features(void) { return qk_cpu_query(); }
-
-const char *qk_cpu_feature_name(unsigned bit)
-{
-    switch (bit) {
-    case QK_CPU_AVX2: return "AVX2";
-    case QK_CPU_FMA: return "FMA";
-    case QK_CPU_F16C: return "F16C";
-    case QK_CPU_AVX512F: return "AVX512F";
-    case QK_CPU_AVX512BW: return "AVX512BW";
-    case QK_CPU_AVX512VL: return "AVX512VL";
-    case QK_CPU_AVX512DQ: return "AVX512DQ";
-    case QK_CPU_AVX512BF16: return "AVX512_BF16";
-    default: return "?";
-    }
-}
 
 static pthread_mutex_t qk_init_lock = PTHREAD_MUTEX_INITIALIZER;
 static int qk_init_state = -1; /* -1 not run, else the qk_status it gave */
@@ -254,8 +213,7 @@ qk_status qk_init(void)
                     if (list[0]) strncat(list, ", ", sizeof list - strlen(list) - 1);
                     strncat(list, qk_cpu_feature_name(bit), sizeof list - strlen(list) - 1);
                 }
-            unsigned v3 = QK_CPU_AVX2 | QK_CPU_FMA | QK_CPU_F16C;
-            const char *alt = (have & v3) == v3 ? "x86-64-v3" : "generic";
+            const char *alt = qk_cpu_best_target(have);
             snprintf(qk_init_msg, sizeof qk_init_msg,
                      "qk_init: this library was built for target %s, but this CPU lacks %s; "
                      "rebuild with -DQK_TARGET=%s (or -DQK_TARGET=native)",
@@ -273,7 +231,7 @@ qk_status qk_init(void)
 
 void qk_test_set_cpu_query(unsigned (*query)(void))
 {
-    qk_cpu_query = query ? query : qk_cpuid_features;
+    qk_cpu_query = query ? query : qk_cpu_query_host;
 }
 
 void qk_test_reset_init(void)

@@ -4,12 +4,11 @@
  *                  composite, `qk bench norm` on Zen 3)
  *   mx ops -> avx2 (BF16->E4M3: 7.8 Gelem/s per thread vs ref 0.08 on Zen 5; on Zen 3 85x
  *                   ref, 0.37 of copy bandwidth from cache and 0.58 from DRAM, qk bench quant)
+ *   mxfp8_linear -> avx2 (f32 FMA: 10-28x ref at M = 1, 0.81-0.98 of read bandwidth; 0.40-0.64
+ *                  of the f32 FMA peak (182 GFLOP/s) at M >= 128; qk bench linear, Zen 3, 93b8d47)
  */
 #include "internal.h"
-#include "ref/ref.h"
 #include "x86/x86.h"
-
-#define NORM_AVX2 QK_NORM_IMPL_AVX2
 
 /* gemma_rms_norm: the API keeps the native (1 + w) kernel (it receives the raw weight); the
  * serving layer keeps an f32 1 + w and runs rms_norm with it: `qk bench gemma-shift`
@@ -18,17 +17,13 @@
  * Re-measured on Zen 3 after the BF16 even/odd rows (2026-12-02 14:27): 0.99x; BF16 rows = 1
  * now favour the native kernel (up to 1.15x at H = 5120), F16 rows = 1 the shifted weight (up
  * to 1.23x at H = 2048), equal from 16 rows on: the decision stands. */
-const qk_target_table qk_target_table_built = {
+const qk_target_config qk_target_config_built = {
     .name = "x86-64-v3",
-    .cpu_features = QK_CPU_AVX2 | QK_CPU_FMA | QK_CPU_F16C,
-    .ops = {
-        .norm = {NORM_AVX2, NORM_AVX2, NORM_AVX2, NORM_AVX2, NORM_AVX2},
-        .mx_quantize = {"avx2", qk_mx_quantize_row_avx2},
-        .mx_dequantize = {"avx2", qk_mx_dequantize_row_avx2},
-        .mx_pack_scale_pairs = "ref",
-        .mxfp8_linear = &qk_linear_avx2,    /* avx2 f32 FMA: 10-28x ref at M = 1 (0.81-0.98 of read
-                                               bandwidth), 0.40-0.64 of the f32 FMA peak (182 GFLOP/s)
-                                               at M >= 128 (qk bench linear, Zen 3, 93b8d47) */
+    .overrides = {
+        .norm = QK_NORM_ALL(&qk_provider_avx2),
+        .mx_quantize = &qk_provider_avx2,
+        .mx_dequantize = &qk_provider_avx2,
+        .mxfp8_linear = &qk_provider_avx2,   /* mx_pack_scale_pairs: ref's (a byte shuffle) */
     },
     .gemma_shifted_weight = true,
 };

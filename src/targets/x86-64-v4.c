@@ -18,26 +18,20 @@
  *   a weight with a wider row (quantized weights span a few powers of two): the exact
  *     GEMV (M <= 4) and the exact BF16-panel GEMM (M > 4). */
 #include "internal.h"
-#include "ref/ref.h"
 #include "x86/x86.h"
-
-#define NORM_AVX512 QK_NORM_IMPL_AVX512
 
 /* gemma_rms_norm: the API keeps the native (1 + w) kernel (it receives the raw weight); the
  * serving layer keeps an f32 1 + w and runs rms_norm with it: `qk bench gemma-shift`
  * (2026-12-02, 2-core Zen 5) measured native/shifted 0.98x geometric mean over the 32
  * cells — equal from 16 rows on, the shifted weight 8-15% faster at rows = 1 and
  * H >= 2048 (no per-row conversion of the BF16 weight). */
-const qk_target_table qk_target_table_built = {
+const qk_target_config qk_target_config_built = {
     .name = "x86-64-v4",
-    .cpu_features = QK_CPU_AVX2 | QK_CPU_FMA | QK_CPU_F16C | QK_CPU_AVX512F | QK_CPU_AVX512BW |
-                    QK_CPU_AVX512VL | QK_CPU_AVX512DQ | QK_CPU_AVX512BF16,
-    .ops = {
-        .norm = {NORM_AVX512, NORM_AVX512, NORM_AVX512, NORM_AVX512, NORM_AVX512},
-        .mx_quantize = {"avx512", qk_mx_quantize_row_avx512},
-        .mx_dequantize = {"avx512", qk_mx_dequantize_row_avx512},
-        .mx_pack_scale_pairs = "ref",
-        .mxfp8_linear = &qk_linear_avx512,  /* vdpbf16ps; paths below */
+    .overrides = {
+        .norm = QK_NORM_ALL(&qk_provider_avx512),
+        .mx_quantize = &qk_provider_avx512,
+        .mx_dequantize = &qk_provider_avx512,
+        .mxfp8_linear = &qk_provider_avx512,   /* mx_pack_scale_pairs: ref's (a byte shuffle) */
     },
     .gemma_shifted_weight = true,
 };

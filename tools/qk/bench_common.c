@@ -3,6 +3,7 @@
  * bench_common.h; the SVG plot is in svg_plot.c). */
 #define _POSIX_C_SOURCE 200809L
 #include "bench_common.h"
+#include "isa/bench_isa.h"
 
 #include "internal.h"
 
@@ -13,9 +14,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#if defined(__AVX512F__) || defined(__AVX2__)
-#include <immintrin.h>
-#endif
 
 /* ---- options ---- */
 bool qkb_parse_options(const char *prog, int argc, char **argv, qkb_options *opt)
@@ -299,78 +297,16 @@ float qkb_uniform(qkb_rng *r, float lo, float hi)
 /* ---- bandwidth kernels ---- */
 #define QKB_BLOCK 64 /* floats per parallel item (256 bytes, 64-byte aligned) */
 
+/* the vector part of each loop is the ISA's (tools/qk/isa/<arch>.c); the tail is plain C */
 static void scale_f32(const float *x, float *y, float a, int64_t begin, int64_t end, bool nt)
 {
-    int64_t i = begin;
-#if defined(__AVX512F__)
-    const __m512 va = _mm512_set1_ps(a);
-    if (nt) {
-        for (; i + 64 <= end; i += 64) {
-            _mm512_stream_ps(y + i, _mm512_mul_ps(va, _mm512_loadu_ps(x + i)));
-            _mm512_stream_ps(y + i + 16, _mm512_mul_ps(va, _mm512_loadu_ps(x + i + 16)));
-            _mm512_stream_ps(y + i + 32, _mm512_mul_ps(va, _mm512_loadu_ps(x + i + 32)));
-            _mm512_stream_ps(y + i + 48, _mm512_mul_ps(va, _mm512_loadu_ps(x + i + 48)));
-        }
-        _mm_sfence();
-    }
-    for (; i + 64 <= end; i += 64) {
-        _mm512_storeu_ps(y + i, _mm512_mul_ps(va, _mm512_loadu_ps(x + i)));
-        _mm512_storeu_ps(y + i + 16, _mm512_mul_ps(va, _mm512_loadu_ps(x + i + 16)));
-        _mm512_storeu_ps(y + i + 32, _mm512_mul_ps(va, _mm512_loadu_ps(x + i + 32)));
-        _mm512_storeu_ps(y + i + 48, _mm512_mul_ps(va, _mm512_loadu_ps(x + i + 48)));
-    }
-    for (; i + 16 <= end; i += 16) _mm512_storeu_ps(y + i, _mm512_mul_ps(va, _mm512_loadu_ps(x + i)));
-#elif defined(__AVX2__)
-    const __m256 va = _mm256_set1_ps(a);
-    if (nt) {
-        for (; i + 32 <= end; i += 32) {
-            _mm256_stream_ps(y + i, _mm256_mul_ps(va, _mm256_loadu_ps(x + i)));
-            _mm256_stream_ps(y + i + 8, _mm256_mul_ps(va, _mm256_loadu_ps(x + i + 8)));
-            _mm256_stream_ps(y + i + 16, _mm256_mul_ps(va, _mm256_loadu_ps(x + i + 16)));
-            _mm256_stream_ps(y + i + 24, _mm256_mul_ps(va, _mm256_loadu_ps(x + i + 24)));
-        }
-        _mm_sfence();
-    }
-    for (; i + 32 <= end; i += 32) {
-        _mm256_storeu_ps(y + i, _mm256_mul_ps(va, _mm256_loadu_ps(x + i)));
-        _mm256_storeu_ps(y + i + 8, _mm256_mul_ps(va, _mm256_loadu_ps(x + i + 8)));
-        _mm256_storeu_ps(y + i + 16, _mm256_mul_ps(va, _mm256_loadu_ps(x + i + 16)));
-        _mm256_storeu_ps(y + i + 24, _mm256_mul_ps(va, _mm256_loadu_ps(x + i + 24)));
-    }
-    for (; i + 8 <= end; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(va, _mm256_loadu_ps(x + i)));
-#else
-    (void)nt;
-#endif
-    for (; i < end; i++) y[i] = a * x[i];
+    for (int64_t i = qkb_isa_scale_f32(x, y, a, begin, end, nt); i < end; i++) y[i] = a * x[i];
 }
 
 static float sum_f32(const float *x, int64_t begin, int64_t end)
 {
-    int64_t i = begin;
     float s = 0;
-#if defined(__AVX512F__)
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    for (; i + 64 <= end; i += 64) {
-        a0 = _mm512_add_ps(a0, _mm512_loadu_ps(x + i));
-        a1 = _mm512_add_ps(a1, _mm512_loadu_ps(x + i + 16));
-        a2 = _mm512_add_ps(a2, _mm512_loadu_ps(x + i + 32));
-        a3 = _mm512_add_ps(a3, _mm512_loadu_ps(x + i + 48));
-    }
-    s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-#elif defined(__AVX2__)
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    for (; i + 32 <= end; i += 32) {
-        a0 = _mm256_add_ps(a0, _mm256_loadu_ps(x + i));
-        a1 = _mm256_add_ps(a1, _mm256_loadu_ps(x + i + 8));
-        a2 = _mm256_add_ps(a2, _mm256_loadu_ps(x + i + 16));
-        a3 = _mm256_add_ps(a3, _mm256_loadu_ps(x + i + 24));
-    }
-    __m256 t = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
-    float lanes[8];
-    _mm256_storeu_ps(lanes, t);
-    for (int k = 0; k < 8; k++) s += lanes[k];
-#endif
-    for (; i < end; i++) s += x[i];
+    for (int64_t i = qkb_isa_sum_f32(x, begin, end, &s); i < end; i++) s += x[i];
     return s;
 }
 

@@ -4,6 +4,7 @@
  * threads once it has 32768 elements, as a framework's parallel_for does. */
 #define _DEFAULT_SOURCE /* mallopt */
 #include "bench_composite.h"
+#include "isa/bench_isa.h"
 
 #include "internal.h"
 
@@ -13,9 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__F16C__)
-#include <immintrin.h>
-#endif
 
 #define GRAIN 32768 /* elements below which a pass runs on one thread */
 #define VEC 16       /* elements per chunk: fixed-count inner loops, which -O2 vectorises */
@@ -32,13 +30,7 @@ static void upcast(const void *src, qk_dtype dt, float *restrict y, int64_t b, i
                 memcpy(&y[i + l], &u, 4);
             }
     }
-#if defined(__F16C__)
-    if (dt == QK_DTYPE_F16) {
-        const uint16_t *x = (const uint16_t *)src;
-        for (; i + 8 <= e; i += 8)
-            _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))));
-    }
-#endif
+    if (dt == QK_DTYPE_F16) i = qkb_isa_f16_to_f32((const uint16_t *)src, y, i, e);
     for (; i < e; i++) y[i] = qk_load_f32(src, dt, i);
 }
 
@@ -57,13 +49,7 @@ static void downcast(const float *restrict a, qk_dtype dt, void *dst, int64_t b,
                 o[i + l] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? q : r);
             }
     }
-#if defined(__F16C__)
-    if (dt == QK_DTYPE_F16) {
-        uint16_t *o = (uint16_t *)dst;
-        for (; i + 8 <= e; i += 8)
-            _mm_storeu_si128((__m128i *)(o + i), _mm256_cvtps_ph(_mm256_loadu_ps(a + i), 0));
-    }
-#endif
+    if (dt == QK_DTYPE_F16) i = qkb_isa_f32_to_f16(a, (uint16_t *)dst, i, e);
     for (; i < e; i++) qk_store_f32(dst, dt, i, a[i]);
 }
 

@@ -12,6 +12,7 @@
  * matmul is, and every line says which. Reps adapt to a per-cell time budget (at least 5 timed
  * calls; the largest cells get the fewest), so the whole run stays near 2-3 minutes. */
 #include "bench_common.h"
+#include "isa/bench_isa.h"
 
 #include "internal.h"
 #include "ref/mx_ref.h"
@@ -20,9 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__AVX512BF16__) || defined(__FMA__)
-#include <immintrin.h>
-#endif
 #ifdef QK_BENCH_ONEDNN
 #include <oneapi/dnnl/dnnl.h>
 #endif
@@ -71,74 +69,30 @@ typedef struct bench {
 /* ---- the peak of the kernel's instruction: PEAK_CHAINS independent accumulator chains per
    thread, all of them and the two operands in registers (16 chains on AVX2 left two spilled
    and bound the loop by store-to-load forwarding: the peak read ~40% low on Zen 3) ---- */
-#if defined(__AVX512BF16__)
-#define PEAK_NAME "vdpbf16ps"
-#define PEAK_CHAINS 16 /* + 2 operands of 32 zmm */
-#define PEAK_FLOPS_PER_INSN 64 /* 16 lanes x 2 BF16 products x (mul + add) */
-typedef __m512 peak_v;
-static inline peak_v peak_step(peak_v acc) /* acc += a . b, pairs of BF16 */
-{
-    return _mm512_dpbf16_ps(acc, (__m512bh)_mm512_set1_epi32(0x3F803F80),
-                            (__m512bh)_mm512_set1_epi32(0x3F003F00));
-}
-static inline peak_v peak_init(int i) { return _mm512_set1_ps((float)i); }
-static inline float peak_sum(peak_v v) { return _mm512_reduce_add_ps(v); }
-#elif defined(__FMA__) && defined(__AVX2__)
-#define PEAK_NAME "vfmadd231ps"
-#define PEAK_CHAINS 12 /* + 2 operands of 16 ymm; >= latency x FMA ports on current x86 */
-#define PEAK_FLOPS_PER_INSN 16 /* 8 lanes x (mul + add) */
-typedef __m256 peak_v;
-static inline peak_v peak_step(peak_v acc)
-{
-    return _mm256_fmadd_ps(_mm256_set1_ps(0.999f), acc, _mm256_set1_ps(0.5f));
-}
-static inline peak_v peak_init(int i) { return _mm256_set1_ps((float)i); }
-static inline float peak_sum(peak_v v)
-{
-    float l[8];
-    _mm256_storeu_ps(l, v);
-    return l[0] + l[1] + l[2] + l[3] + l[4] + l[5] + l[6] + l[7];
-}
-#endif
-
-#ifdef PEAK_NAME
 #define PEAK_ITERS 200000
-static volatile float peak_sink;
+#define PEAK_NAME qkb_isa_peak_name
 
 static void peak_range(const void *ctx, int64_t b, int64_t e)
 {
     (void)ctx;
-    for (int64_t t = b; t < e; t++) {
-        peak_v acc[PEAK_CHAINS];
-        for (int i = 0; i < PEAK_CHAINS; i++) acc[i] = peak_init(i);
-        for (int it = 0; it < PEAK_ITERS; it++)
-            for (int i = 0; i < PEAK_CHAINS; i++) {
-                acc[i] = peak_step(acc[i]);
-                __asm__ volatile("" : "+x"(acc[i])); /* each step happens */
-            }
-        float s = 0;
-        for (int i = 0; i < PEAK_CHAINS; i++) s += peak_sum(acc[i]);
-        peak_sink = s;
-    }
+    for (int64_t t = b; t < e; t++) qkb_isa_peak_run(PEAK_ITERS);
 }
 
+/* GFLOP/s of the ISA's peak loop on every thread (NaN where the ISA has none) */
 static double measure_peak(void)
 {
+    if (!qkb_isa_peak_flops_per_iter) return NAN;
     const int nt = qk_get_num_threads();
     double best = 0;
     for (int rep = 0; rep < 9; rep++) {
         double t0 = qkb_now();
         qk_parallel_for(nt, 1, 0, peak_range, NULL);
         double t = qkb_now() - t0;
-        double g = (double)nt * PEAK_ITERS * PEAK_CHAINS * PEAK_FLOPS_PER_INSN / t / 1e9;
+        double g = (double)nt * PEAK_ITERS * qkb_isa_peak_flops_per_iter / t / 1e9;
         if (g > best) best = g;
     }
     return best;
 }
-#else
-#define PEAK_NAME "(none)"
-static double measure_peak(void) { return NAN; }
-#endif
 
 /* ---- weights: codes of quantized N(0, 0.02) rows (a checkpoint's statistics) ---- */
 static void make_weight(int64_t N, int64_t K, uint8_t *q, uint8_t *s)
@@ -443,8 +397,8 @@ static void print_table(const bench *bn)
 #endif
     }
     printf("limit: M = 1, effective weight bandwidth N·K·(1+1/32)/p50 as a fraction of read "
-           "bandwidth (\"of rd\"); M > 1, 2·M·N·K/p50 as a fraction of the measured " PEAK_NAME " "
-           "peak (\"of pk\"). vs oneDNN: oneDNN %s matmul p50 / %s p50%s.\n", dnnl_dtype_used,
+           "bandwidth (\"of rd\"); M > 1, 2·M·N·K/p50 as a fraction of the measured %s "
+           "peak (\"of pk\"). vs oneDNN: oneDNN %s matmul p50 / %s p50%s.\n", PEAK_NAME, dnnl_dtype_used,
            bn->prov[bn->staged]->name,
            strcmp(dnnl_dtype_used, "F32") ? "" : " (oneDNN has no BF16 matmul for this CPU: its F32 one)");
 }
@@ -532,9 +486,9 @@ static void summary(const bench *bn)
 {
     const int s = bn->staged;
     const bool v4 = !strcmp(PEAK_NAME, "vdpbf16ps");
-    printf("\nsummary (staged provider %s, target %s; " PEAK_NAME " peak %.0f GFLOP/s on %d threads, "
+    printf("\nsummary (staged provider %s, target %s; %s peak %.0f GFLOP/s on %d threads, "
            "the best of the start and the end of the run; load average now %.2f%s)\n",
-           bn->prov[s]->name, qk_target(), bn->peak_gflops, qk_get_num_threads(), qkb_loadavg(),
+           bn->prov[s]->name, qk_target(), PEAK_NAME, bn->peak_gflops, qk_get_num_threads(), qkb_loadavg(),
            qkb_loadavg() > 0.5 ? ": other work was running, figures are noisy" : "");
     double small_vs = INFINITY, pre_vs = INFINITY, pre_pk = INFINITY;
     char label[128];
@@ -576,7 +530,7 @@ static void summary(const bench *bn)
         printf("  %-56s %7.2fx\n", label, pre_vs);
     }
     if (isfinite(pre_pk)) {
-        snprintf(label, sizeof label, "M=512 fraction of " PEAK_NAME " peak, worst shape%s",
+        snprintf(label, sizeof label, "M=512 fraction of %s peak, worst shape%s", PEAK_NAME,
                  v4 ? " (target on x86-64-v3 only)" : "");
         if (v4) printf("  %-56s %7.2f\n", label, pre_pk);
         else qkb_target_line(label, pre_pk, TARGET_PREFILL_PEAK, "");

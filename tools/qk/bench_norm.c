@@ -6,6 +6,7 @@
  * against the targets. A missed target is reported, never an error exit. */
 #include "bench_common.h"
 #include "bench_composite.h"
+#include "isa/bench_isa.h"
 
 #include "internal.h"
 
@@ -13,9 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__F16C__))
-#include <immintrin.h>
-#endif
 
 #define EPS 1e-6f
 #define MAXP 8                         /* providers */
@@ -125,39 +123,6 @@ static void bufs_free(bufs *b)
 }
 
 /* ---- the unfused path's elementwise add: residual_out = rnd(x + residual) ---- */
-#if defined(__AVX512F__)
-static inline __m512 bf16x16_load(const uint16_t *p)
-{
-    __m256i h = _mm256_loadu_si256((const __m256i *)p);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-static inline __m256i bf16x16_round(__m512 v)
-{
-    const __m512i u = _mm512_castps_si512(v);
-    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
-    const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-    r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
-    return _mm512_cvtepi32_epi16(r);
-}
-#elif defined(__AVX2__) && defined(__F16C__)
-static inline __m256 bf16x8_load(const uint16_t *p)
-{
-    __m128i h = _mm_loadu_si128((const __m128i *)p);
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-static inline __m128i bf16x8_round(__m256 v)
-{
-    const __m256i u = _mm256_castps_si256(v);
-    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
-    const __m256i q = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
-    const __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
-    r = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(r), _mm256_castsi256_ps(q), nan));
-    return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
-}
-#endif
-
 typedef struct add_job {
     qk_dtype dt;
     const uint16_t *x, *res;
@@ -171,34 +136,7 @@ static void add_range(const void *ctx, int64_t b, int64_t e)
 {
     const add_job *j = (const add_job *)ctx;
     int64_t i = b * ADD_BLOCK, end = e * ADD_BLOCK < j->n ? e * ADD_BLOCK : j->n;
-#if defined(__AVX512F__)
-    if (j->dt == QK_DTYPE_BF16) {
-        for (; i + 16 <= end; i += 16) {
-            __m512 s = _mm512_add_ps(bf16x16_load(j->x + i), bf16x16_load(j->res + i));
-            _mm256_storeu_si256((__m256i *)(j->out + i), bf16x16_round(s));
-        }
-    } else if (j->dt == QK_DTYPE_F16) {
-        for (; i + 16 <= end; i += 16) {
-            __m512 s = _mm512_add_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(j->x + i))),
-                                     _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(j->res + i))));
-            _mm256_storeu_si256((__m256i *)(j->out + i),
-                                _mm512_cvtps_ph(s, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-        }
-    }
-#elif defined(__AVX2__) && defined(__F16C__)
-    if (j->dt == QK_DTYPE_BF16) {
-        for (; i + 8 <= end; i += 8) {
-            __m256 s = _mm256_add_ps(bf16x8_load(j->x + i), bf16x8_load(j->res + i));
-            _mm_storeu_si128((__m128i *)(j->out + i), bf16x8_round(s));
-        }
-    } else if (j->dt == QK_DTYPE_F16) {
-        for (; i + 8 <= end; i += 8) {
-            __m256 s = _mm256_add_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(j->x + i))),
-                                     _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(j->res + i))));
-            _mm_storeu_si128((__m128i *)(j->out + i), _mm256_cvtps_ph(s, _MM_FROUND_TO_NEAREST_INT));
-        }
-    }
-#endif
+    i = qkb_isa_add_16(j->dt, j->x, j->res, j->out, i, end);   /* the ISA's vector part */
     for (; i < end; i++)
         qk_store_f32(j->out, j->dt, i, qk_load_f32(j->x, j->dt, i) + qk_load_f32(j->res, j->dt, i));
 }

@@ -1,4 +1,4 @@
-/* Thin AVX2 vector layer for the kernels written once in src/x86/<op>_simd.inc: 8 f32 lanes,
+/* Thin AVX2 vector layer for the kernels written once in src/simd/<op>_simd.inc: 8 f32 lanes,
  * exact loads of F32/F16/BF16, RNE stores, partial vectors through a zeroed stack
  * buffer, double accumulation, exp. */
 #ifndef QK_VEC_AVX2_H

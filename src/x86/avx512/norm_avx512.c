@@ -1,5 +1,5 @@
-/* RMSNorm family, AVX-512 (F/BW/VL/DQ): src/x86/norm_simd.inc over vec_avx512.h. */
+/* RMSNorm family, AVX-512 (F/BW/VL/DQ): src/simd/norm_simd.inc over vec_avx512.h. */
 #include "internal.h"
 #include "x86/x86.h"
 #include "x86/avx512/vec_avx512.h"
-#include "x86/norm_simd.inc"
+#include "simd/norm_simd.inc"

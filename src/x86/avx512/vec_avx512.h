@@ -1,4 +1,4 @@
-/* Thin AVX-512 vector layer for the kernels written once in src/x86/<op>_simd.inc: 16 f32 lanes,
+/* Thin AVX-512 vector layer for the kernels written once in src/simd/<op>_simd.inc: 16 f32 lanes,
  * exact loads of F32/F16/BF16, RNE stores (BF16 by integer rounding, so subnormals are
  * kept, unlike vcvtneps2bf16), masked partial vectors, double accumulation, exp. */
 #ifndef QK_VEC_AVX512_H

@@ -1,0 +1,8 @@
+# Target x86-64-v3 (AVX2, FMA, F16C; table: src/targets/x86-64-v3.c).
+set(QK_TARGET_ARCH x86)
+set(QK_FLAGS_AVX2 -mavx2 -mfma -mf16c)
+qk_provider(avx2 src/x86/avx2 ${QK_FLAGS_AVX2})
+# qk bench's machine limits (copy bandwidth, FMA peak) run the target's instructions
+set(QK_TOOL_FLAGS ${QK_FLAGS_AVX2})
+# the providers its table stages, stated here independently for test_targets (ops not named: ref)
+set(QK_TARGET_STAGES "norm=avx2 mx_quantize=avx2 mx_dequantize=avx2 mxfp8_linear=avx2")
