@@ -90,7 +90,7 @@ test: pydeps
 #      under qemu-user) ----
 test-cross: cross-deps
 	@set -e; for a in $(CROSS_ARCHS); do \
-	  for t in $$(grep -l "^set(QK_TARGET_ARCH $$a)" cmake/targets/*.cmake | xargs -n1 basename | sed 's/\.cmake$$//' | sort); do \
+	  for t in $$(grep -l "^set(QK_TARGET_ARCH $$a)" cmake/targets/*.cmake | xargs -r -n1 basename | sed 's/\.cmake$$//' | sort); do \
 	  d=build-test/cross-$$t; mkdir -p build-test; echo "== gcc, target $$t under qemu-user (UBSan) =="; \
 	  cmake -S . -B $$d -DCMAKE_TOOLCHAIN_FILE=cmake/toolchains/$$a.cmake -DQK_TARGET=$$t -DQK_SANITIZE=ON \
 	    -DQK_SANITIZERS=undefined -DCMAKE_BUILD_TYPE=RelWithDebInfo > $$d.log 2>&1 || { cat $$d.log; exit 1; }; \

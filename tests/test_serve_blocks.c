@@ -5,7 +5,7 @@
  * double; and bad folders (a floor-sized scale, a 0xFF scale, a missing tensor, a wrong
  * dtype): a clear error naming the tensor, and nothing half-loaded.
  *
- * The bound against the BF16 model (QK_CHECK_BOUND_*, src/serve/qwen35_check.h) is on the
+ * The bound against the BF16 model (QK_CHECK_BOUND_*, tools/qk/demo_check.h) is on the
  * normwise relative error sqrt(sum (out - model)^2 / sum model^2) of a layer's output:
  *  - each E4M3 rounding changes an element by a relative d with |d| <= 2^-4 (3 mantissa
  *    bits, round to nearest), or up to 2^-3 for a block maximum that FLOOR's scale rule
@@ -28,7 +28,7 @@
 #define _GNU_SOURCE
 #include "harness.h"
 #include "io_test_util.h"
-#include "serve/qwen35_check.h"
+#include "demo_check.h"
 
 #include <math.h>
 

@@ -6,7 +6,7 @@
 #define _GNU_SOURCE
 #include "harness.h"
 #include "io_test_util.h"
-#include "serve/qwen35_check.h"
+#include "demo_check.h"
 
 #include <sys/wait.h>
 

@@ -11,7 +11,7 @@
 #include "qk_tool.h"
 
 #include "bench_common.h"
-#include "serve/qwen35_check.h"
+#include "demo_check.h"
 
 #include <dirent.h>
 #include <math.h>
@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 /* Bounds against the double model: the normwise relative error of each layer's output,
- * QK_CHECK_BOUND_* (their derivation is in src/serve/qwen35_check.h). */
+ * QK_CHECK_BOUND_* (their derivation is in tools/qk/demo_check.h). */
 #define BOUND_NORM QK_CHECK_BOUND_NORM
 #define BOUND_LINEAR1 QK_CHECK_BOUND_LINEAR
 #define BOUND_ACT QK_CHECK_BOUND_ACT
@@ -494,7 +494,7 @@ static void print_table(const demo *d)
     }
     printf("\nmax rel, rms rel: the layer's output against the %s evaluated in double:\n"
            "  max over tokens of max|out - model| / max|model|, and the normwise\n"
-           "  sqrt(sum (out - model)^2 / sum model^2), which is checked (bounds: src/serve/qwen35_check.h).\n"
+           "  sqrt(sum (out - model)^2 / sum model^2), which is checked (bounds: tools/qk/demo_check.h).\n"
            "t|r / spec: the target's and the reference's largest error on the same input over the "
            "spec's bound\n  (<= 1 passes; norm.md: codes from the correctly rounded value; mxfp8.md: "
            "|out - exact| / (2^-16 S + 1 ulp)).\ntarget vs ref: outputs that are not "

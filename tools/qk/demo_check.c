@@ -1,8 +1,8 @@
-/* The demo model and the checks `qk demo` and the block tests share (qwen35_check.h):
+/* The demo model and the checks `qk demo` and the block tests share (demo_check.h; tool and test code, not part of the library):
  * deterministic BF16 Qwen3.5 MLP weights (per-row and per-channel magnitudes that vary, so
  * that the MXFP8 scales spread over many exponents), their double-precision evaluation,
  * an E4M3 / E8M0 decoder written from mxfp8.md alone, and the error measures. */
-#include "serve/qwen35_check.h"
+#include "demo_check.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -3,8 +3,8 @@
  * evaluation of the blocks; an MXFP8 decoder independent of the providers; and the
  * measures the checks use (relative error against the double model, each backend's
  * distance to the spec's bound). */
-#ifndef QK_QWEN35_CHECK_H
-#define QK_QWEN35_CHECK_H
+#ifndef QK_DEMO_CHECK_H
+#define QK_DEMO_CHECK_H
 
 #include "serve/serve_internal.h"
 
