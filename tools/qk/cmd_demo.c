@@ -12,6 +12,7 @@
 
 #include "bench_common.h"
 #include "demo_check.h"
+#include "io/ms_quantize.h"
 
 #include <dirent.h>
 #include <math.h>
@@ -733,11 +734,13 @@ int qk_cmd_demo(int argc, char **argv)
         printf("  2. ");
         fflush(stdout);
         t0 = qkb_now();
-        char *qargv[] = {"quantize", bf16, folder, "--quiet", NULL};
-        if (qk_cmd_quantize(4, qargv) != 0) {
-            fprintf(stderr, "qk demo: qk quantize failed\n");
+        const qk_ms_quantize_options qo = qk_ms_quantize_defaults();
+        qk_ms_quantize_report qr;
+        if (qk_modelslim_quantize(bf16, folder, &qo, &qr) != QK_OK) {
+            fprintf(stderr, "qk demo: qk quantize: %s\n", qk_last_error());
             goto done;
         }
+        qk_quantize_print_summary(&qr, &qo.mx, folder);
         printf("     (%.2f s)\n", qkb_now() - t0);
         model_dir = folder;
         d.dequantized_model = false;
