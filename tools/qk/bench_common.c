@@ -527,19 +527,26 @@ void qkb_table_header(qkb_table *t, const char *const *titles)
     qkb_table_rule(t);
 }
 
-bool qkb_target_line(const char *label, double value, double target, const char *unit)
+bool qkb_gate_report(qkb_gates *gs, const char *figure, const char *label, bool valid,
+                     double value, double target, bool at_most, const char *unit)
 {
-    bool pass = value >= target;
-    printf("  %-56s %7.2f%-1s  (target >= %.2f%s)  %s\n", label, value, unit, target, unit,
-           pass ? "PASS" : "MISS");
-    return pass;
-}
-
-bool qkb_target_line_max(const char *label, double value, double target, const char *unit)
-{
-    bool pass = value <= target;
-    printf("  %-56s %7.2f%-1s  (target <= %.2f%s)  %s\n", label, value, unit, target, unit,
-           pass ? "PASS" : "MISS");
+    const bool pass = valid && (at_most ? value <= target : value >= target);
+    const char *rel = at_most ? "<=" : ">=";
+    if (valid)
+        printf("  %-56s %7.2f%-1s  (target %s %.2f%s)  %s\n", label, value, unit, rel, target, unit,
+               pass ? "PASS" : "MISS");
+    else
+        printf("  %-56s %8s  (target %s %.2f%s)  n/a\n", label, "-", rel, target, unit);
+    if (gs && gs->n < QKB_MAX_GATES) {
+        qkb_gate *g = &gs->g[gs->n++];
+        g->figure = figure;
+        snprintf(g->label, sizeof g->label, "%s", label);
+        g->value = value;
+        g->target = target;
+        g->at_most = at_most;
+        g->valid = valid;
+        g->pass = pass;
+    }
     return pass;
 }
 
@@ -802,4 +809,21 @@ bool qkb_plan_protocol(qkb_variant *v, qkb_call_fn fn, void *ctx, bool quick, bo
         v->warmup--;
     }
     return fewer;
+}
+
+void qkb_json_gates(qkb_json *j, const qkb_gates *gs)
+{
+    qkb_json_array(j, "summary");
+    for (int k = 0; k < gs->n; k++) {
+        const qkb_gate *g = &gs->g[k];
+        qkb_json_object(j, NULL);
+        qkb_json_str(j, "figure", g->figure);
+        qkb_json_str(j, "label", g->label);
+        qkb_json_num(j, "value", g->valid ? g->value : NAN);
+        qkb_json_num(j, "target", g->target);
+        qkb_json_str(j, "bound", g->at_most ? "at_most" : "at_least");
+        qkb_json_str(j, "result", !g->valid ? "n/a" : g->pass ? "PASS" : "MISS");
+        qkb_json_end(j);
+    }
+    qkb_json_end(j);
 }

@@ -159,11 +159,29 @@ void qkb_table_header(qkb_table *t, const char *const *titles);
 void qkb_table_cell(qkb_table *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void qkb_table_rule(const qkb_table *t);     /* a line of dashes as wide as the table */
 
-/* One summary line against a target: "  <label>  <value>  (target >= <target>)  PASS|MISS".
-   unit is appended to value and target ("x" or ""). Returns whether it passed. */
-bool qkb_target_line(const char *label, double value, double target, const char *unit);
-/* The same for a target that is an upper bound (value <= target passes). */
-bool qkb_target_line_max(const char *label, double value, double target, const char *unit);
+/* ---- gates: each protocol's targets (performance.md), judged, printed and written the
+   same way: a line "  <label>  <value>  (target >= <target>)  PASS|MISS" (n/a when nothing
+   was measured) and an entry {figure, label, value, target, bound, result} of the JSON's
+   "summary" array ---- */
+#define QKB_MAX_GATES 48
+typedef struct qkb_gate {
+    const char *figure;        /* "fraction_of_copy", "vs_composite", "time_vs_m1", ... */
+    char label[128];
+    double value, target;
+    bool at_most;              /* the target is an upper bound (value <= target passes) */
+    bool valid, pass;          /* valid: measured in this run */
+} qkb_gate;
+typedef struct qkb_gates {
+    qkb_gate g[QKB_MAX_GATES];
+    int n;
+} qkb_gates;
+/* Judges, prints and records one gate; unit ("x" or "") follows value and target. Returns
+   whether it passed (false when !valid). */
+bool qkb_gate_report(qkb_gates *gs, const char *figure, const char *label, bool valid,
+                     double value, double target, bool at_most, const char *unit);
+/* The recorded gates as the JSON's "summary" array. */
+struct qkb_json;
+void qkb_json_gates(struct qkb_json *j, const qkb_gates *gs);
 
 /* ---- JSON output ---- */
 /* A streaming writer: objects and arrays nest; `key` is the member name inside an object

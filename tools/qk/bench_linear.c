@@ -403,7 +403,7 @@ static void print_table(const bench *bn)
            strcmp(dnnl_dtype_used, "F32") ? "" : " (oneDNN has no BF16 matmul for this CPU: its F32 one)");
 }
 
-static bool write_json(const bench *bn)
+static bool write_json(const bench *bn, const qkb_gates *gates)
 {
     qkb_json j;
     if (!qkb_json_open(&j, bn->opt.json)) return false;
@@ -449,6 +449,7 @@ static bool write_json(const bench *bn)
         qkb_json_end(&j);
     }
     qkb_json_end(&j);
+    qkb_json_gates(&j, gates);
     return qkb_json_close(&j);
 }
 
@@ -482,7 +483,7 @@ static bool write_plot(const bench *bn)
 }
 
 /* performance.md "Targets (round 2)", judged on the staged provider's cells of this run. */
-static void summary(const bench *bn)
+static void summary(const bench *bn, qkb_gates *gates)
 {
     const int s = bn->staged;
     const bool v4 = !strcmp(PEAK_NAME, "vdpbf16ps");
@@ -500,7 +501,8 @@ static void summary(const bench *bn)
         if (c->M == 1 && big) {
             snprintf(label, sizeof label, "M=1 (%lld, %lld) fraction of read bandwidth",
                      (long long)c->N, (long long)c->K);
-            qkb_target_line(label, r->fraction_bw, TARGET_M1_FRACTION, "");
+            qkb_gate_report(gates, "fraction_of_read", label, true, r->fraction_bw, TARGET_M1_FRACTION,
+                            false, "");
         }
         if (c->M == 4 || c->M == 16) {
             const double rel = rel_m1(bn, c);
@@ -509,7 +511,7 @@ static void summary(const bench *bn)
                                  (bn->peak_gflops * 1e9) / (r->st.p50 / rel);
             snprintf(label, sizeof label, "M=%lld (%lld, %lld) time vs M=1 (peak allows %.2fx)",
                      (long long)c->M, (long long)c->N, (long long)c->K, floor);
-            if (rel > 0) qkb_target_line_max(label, rel, TARGET_REL_M1, "x");
+            if (rel > 0) qkb_gate_report(gates, "time_vs_m1", label, true, rel, TARGET_REL_M1, true, "x");
         }
         if (c->dnnl.done && c->M <= 16 && big && c->dnnl.st.p50 / r->st.p50 < small_vs)
             small_vs = c->dnnl.st.p50 / r->st.p50;
@@ -520,11 +522,11 @@ static void summary(const bench *bn)
     }
     if (isfinite(small_vs)) {
         snprintf(label, sizeof label, "M<=16 vs oneDNN %s (weights >= 32 MiB), worst cell", dnnl_dtype_used);
-        qkb_target_line(label, small_vs, TARGET_SMALL_VS_ONEDNN, "x");
+        qkb_gate_report(gates, "vs_onednn", label, true, small_vs, TARGET_SMALL_VS_ONEDNN, false, "x");
     }
     if (v4 && isfinite(pre_vs)) {
         snprintf(label, sizeof label, "M=512 vs oneDNN %s, worst shape", dnnl_dtype_used);
-        qkb_target_line(label, pre_vs, TARGET_PREFILL_VS_ONEDNN, "x");
+        qkb_gate_report(gates, "vs_onednn", label, true, pre_vs, TARGET_PREFILL_VS_ONEDNN, false, "x");
     } else if (isfinite(pre_vs)) {
         snprintf(label, sizeof label, "M=512 vs oneDNN %s, worst shape (no target on this ISA)", dnnl_dtype_used);
         printf("  %-56s %7.2fx\n", label, pre_vs);
@@ -533,7 +535,7 @@ static void summary(const bench *bn)
         snprintf(label, sizeof label, "M=512 fraction of %s peak, worst shape%s", PEAK_NAME,
                  v4 ? " (target on x86-64-v3 only)" : "");
         if (v4) printf("  %-56s %7.2f\n", label, pre_pk);
-        else qkb_target_line(label, pre_pk, TARGET_PREFILL_PEAK, "");
+        else qkb_gate_report(gates, "fraction_of_peak", label, true, pre_pk, TARGET_PREFILL_PEAK, false, "");
     }
 #ifndef QK_BENCH_ONEDNN
     printf("  oneDNN comparison: not built (install libdnnl-dev and reconfigure: make bench-deps)\n");
@@ -582,9 +584,10 @@ int qk_bench_linear(int argc, char **argv)
         }
     }
     print_table(&bn);
-    summary(&bn);
+    qkb_gates gates = {.n = 0};
+    summary(&bn, &gates);
     bool ok = true;
-    if (bn.opt.json) ok &= write_json(&bn);
+    if (bn.opt.json) ok &= write_json(&bn, &gates);
     if (bn.opt.plot) ok &= write_plot(&bn);
     free(bn.cells);
     return ok ? 0 : 1;

@@ -510,15 +510,16 @@ static void write_run(qkb_json *j, const char *key, const run_result *r)
     qkb_json_end(j);
 }
 
+/* a summary figure before it is judged (qkb_gate_report) */
 typedef struct summary_line {
     const char *figure;
     char label[96];
     double value, target;
-    bool pass, valid;
+    bool valid;
 } summary_line;
 
-static bool write_json(const bench *bn, const comparison *cmp, int ncmp, const summary_line *sl,
-                       int nsl, double timer)
+static bool write_json(const bench *bn, const comparison *cmp, int ncmp, const qkb_gates *gates,
+                       double timer)
 {
     qkb_json j;
     if (!qkb_json_open(&j, bn->opt.json)) return false;
@@ -620,17 +621,7 @@ static bool write_json(const bench *bn, const comparison *cmp, int ncmp, const s
         }
     qkb_json_end(&j);
 
-    qkb_json_array(&j, "summary");
-    for (int k = 0; k < nsl; k++) {
-        qkb_json_object(&j, NULL);
-        qkb_json_str(&j, "figure", sl[k].figure);
-        qkb_json_str(&j, "label", sl[k].label);
-        qkb_json_num(&j, "value", sl[k].valid ? sl[k].value : NAN);
-        qkb_json_num(&j, "target", sl[k].target);
-        qkb_json_str(&j, "result", !sl[k].valid ? "n/a" : sl[k].pass ? "PASS" : "MISS");
-        qkb_json_end(&j);
-    }
-    qkb_json_end(&j);
+    qkb_json_gates(&j, gates);
     if (!qkb_json_close(&j)) {
         fprintf(stderr, "qk bench norm: error writing %s\n", bn->opt.json);
         return false;
@@ -881,11 +872,10 @@ int qk_bench_norm(int argc, char **argv)
     }
     printf("\nsummary (targets of performance.md; staged providers)%s\n",
            bn.opt.quick ? " -- --quick run, not the protocol" : "");
-    for (int k = 0; k < nsl; k++) {
-        const char *unit = strcmp(sl[k].figure, "fraction_of_copy") ? "x" : "";
-        if (sl[k].valid) sl[k].pass = qkb_target_line(sl[k].label, sl[k].value, sl[k].target, unit);
-        else printf("  %-56s %8s  (target >= %.2f%s)  n/a\n", sl[k].label, "-", sl[k].target, unit);
-    }
+    qkb_gates gates = {.n = 0};
+    for (int k = 0; k < nsl; k++)
+        qkb_gate_report(&gates, sl[k].figure, sl[k].label, sl[k].valid, sl[k].value, sl[k].target,
+                        false, strcmp(sl[k].figure, "fraction_of_copy") ? "x" : "");
     int bad = 0;
     for (int i = 0; i < bn.ncells; i++)
         for (int p = 0; p < bn.np; p++) bad += !bn.cells[i].fused_equal[p];
@@ -904,7 +894,7 @@ int qk_bench_norm(int argc, char **argv)
 
     int status = 0;
     if (bn.opt.json) {
-        if (write_json(&bn, cmp, ncmp, sl, nsl, timer)) printf("wrote %s\n", bn.opt.json);
+        if (write_json(&bn, cmp, ncmp, &gates, timer)) printf("wrote %s\n", bn.opt.json);
         else status = 1;
     }
     if (bn.opt.plot) {

@@ -229,7 +229,7 @@ static void write_run(qkb_json *j, const char *key, const run_result *r)
     qkb_json_end(j);
 }
 
-static bool write_json(const bench *bn, double timer, double g_api)
+static bool write_json(const bench *bn, double timer, double g_api, const qkb_gates *gates)
 {
     qkb_json j;
     if (!qkb_json_open(&j, bn->opt.json)) return false;
@@ -270,24 +270,7 @@ static bool write_json(const bench *bn, double timer, double g_api)
     qkb_json_num(&j, "qk_mx_quantize", g_api);
     for (int p = 0; p < bn->np; p++) qkb_json_num(&j, bn->prov[p]->name, geomean_of(bn, p));
     qkb_json_end(&j);
-    qkb_json_array(&j, "summary");
-    for (int i = 0; i < bn->ncells; i++) {
-        const cell *c = &bn->cells[i];
-        if (c->M != 512) continue; /* performance.md round 2: the [512, K] cells */
-        char label[96];
-        snprintf(label, sizeof label, "qk_mx_quantize BF16 -> MXFP8 [%lld, %lld]: fraction of copy bandwidth",
-                 (long long)c->M, (long long)c->K);
-        qkb_json_object(&j, NULL);
-        qkb_json_str(&j, "figure", "fraction_of_copy");
-        qkb_json_str(&j, "label", label);
-        qkb_json_int(&j, "M", c->M);
-        qkb_json_int(&j, "K", c->K);
-        qkb_json_num(&j, "value", c->api.fraction);
-        qkb_json_num(&j, "target", TARGET_FRACTION);
-        qkb_json_str(&j, "result", c->api.fraction >= TARGET_FRACTION ? "PASS" : "MISS");
-        qkb_json_end(&j);
-    }
-    qkb_json_end(&j);
+    qkb_json_gates(&j, gates);
     if (!qkb_json_close(&j)) {
         fprintf(stderr, "qk bench quant: error writing %s\n", bn->opt.json);
         return false;
@@ -443,13 +426,15 @@ int qk_bench_quant(int argc, char **argv)
     }
     printf("\nsummary (target of performance.md)%s\n", bn.opt.quick ? " -- --quick run, not the protocol" : "");
     /* performance.md round 2 judges the two [512, K] cells, each on its own */
+    qkb_gates gates = {.n = 0};
     for (int i = 0; i < bn.ncells; i++) {
         const cell *c = &bn.cells[i];
         if (c->M != 512) continue;
         char label[96];
         snprintf(label, sizeof label, "qk_mx_quantize BF16 -> MXFP8 [%lld, %lld]: fraction of copy bw",
                  (long long)c->M, (long long)c->K);
-        qkb_target_line(label, c->api.fraction, TARGET_FRACTION, "");
+        qkb_gate_report(&gates, "fraction_of_copy", label, true, c->api.fraction, TARGET_FRACTION,
+                        false, "");
     }
     printf("  every output equals ref bit for bit: %s\n", bad ? "NO (! in the table)" : "yes");
     const qkb_cpu_mark mark1 = qkb_cpu_mark_now();
@@ -460,7 +445,7 @@ int qk_bench_quant(int argc, char **argv)
 
     int status = 0;
     if (bn.opt.json) {
-        if (write_json(&bn, timer, g_api)) printf("wrote %s\n", bn.opt.json);
+        if (write_json(&bn, timer, g_api, &gates)) printf("wrote %s\n", bn.opt.json);
         else status = 1;
     }
     if (bn.opt.plot) {

@@ -90,9 +90,12 @@ static inline float32x4_t peak_step(float32x4_t acc, bfloat16x8_t a, bfloat16x8_
 {
     return vbfdotq_f32(acc, a, b);
 }
+/* (the constants pass through an empty asm: gcc 12 would otherwise materialise them with an
+   FP16 fmov, which -march=...+bf16 alone does not allow) */
 #define PEAK_OPERANDS                                                                          \
-    const bfloat16x8_t a = vreinterpretq_bf16_u16(vdupq_n_u16(0x3F80));                        \
-    const bfloat16x8_t b = vreinterpretq_bf16_u16(vdupq_n_u16(0x3F00));
+    uint32x4_t ua = vdupq_n_u32(0x3F803F80u), ub = vdupq_n_u32(0x3F003F00u); /* 1.0, 0.5 */     \
+    __asm__("" : "+w"(ua), "+w"(ub));                                                          \
+    const bfloat16x8_t a = vreinterpretq_bf16_u32(ua), b = vreinterpretq_bf16_u32(ub);
 #else
 const char *const qkb_isa_peak_name = "fmla";
 const double qkb_isa_peak_flops_per_iter = PEAK_CHAINS * 8.0;  /* 4 lanes x (mul + add) */
