@@ -100,8 +100,11 @@ QK_API qk_dtype qk_st_dtype_of(const char *dtype_name);
 
 /* A set of safetensors files seen as one checkpoint: a single file, or the shards an
  * index JSON ({"weight_map": {tensor: file}}) names. Shard file names must be plain names
- * in the index's folder. The index and the shards are cross-checked: a file the index
- * names must exist (QK_ERR_FORMAT otherwise), every tensor the index maps must be in the
+ * in the index's folder ("../x", "/abs" or "a/b" are always QK_ERR_FORMAT), and a shard (or
+ * the index or file found when PATH is a folder) that is a symlink resolving outside that
+ * folder is QK_ERR_FORMAT naming the shard, where it resolves and the opt-in, unless
+ * QK_ST_SET_ALLOW_EXTERNAL_SHARDS is given. The index and the shards are cross-checked: a
+ * file the index names must exist (QK_ERR_FORMAT otherwise), every tensor the index maps must be in the
  * file it names, every tensor of a shard must be in the index pointing at that shard, and
  * no name may appear in two shards. */
 typedef struct qk_st_set qk_st_set;
@@ -110,6 +113,9 @@ enum {
     /* Cross-check findings (index entries without tensors and the reverse) are recorded as
        problems instead of failing the open. Unreadable or invalid files still fail. */
     QK_ST_SET_LENIENT = 1u << 0,
+    /* Follow shard symlinks out of the folder (a Hugging Face cache snapshot links every file
+       into ../../blobs). Plain names are still required. */
+    QK_ST_SET_ALLOW_EXTERNAL_SHARDS = 1u << 1,
 };
 
 /* PATH is a .safetensors file, an index .json, or a folder holding exactly one of:
@@ -196,12 +202,16 @@ QK_API const char *qk_ms_desc_lookup(const qk_ms_desc *d, const char *name);
 
 /* A ModelSlim folder: the description plus quant_model_weights.safetensors or its shards
  * with quant_model_weights.safetensors.index.json. Open cross-checks the description and
- * the tensors both ways (an entry without a tensor, a tensor without an entry). */
+ * the tensors both ways (an entry without a tensor, a tensor without an entry). Every file it
+ * reads (description, index, weights, shards) must resolve inside DIR unless
+ * QK_MS_ALLOW_EXTERNAL_SHARDS is given (see qk_st_set_open). */
 typedef struct qk_ms_model qk_ms_model;
 
 enum {
     /* Record cross-check findings as problems instead of failing the open. */
     QK_MS_LENIENT = 1u << 0,
+    /* Follow symlinks out of the folder (QK_ST_SET_ALLOW_EXTERNAL_SHARDS for its files). */
+    QK_MS_ALLOW_EXTERNAL_SHARDS = 1u << 1,
 };
 
 QK_API qk_status qk_ms_open(const char *dir, unsigned flags, qk_ms_model **m);

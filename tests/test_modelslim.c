@@ -15,6 +15,7 @@
 #include "mx_oracle.h"
 #include "qkern_io.h"
 #include "qkern_serve.h"
+#include "io/ms_quantize.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -147,13 +148,18 @@ static void test_corpus_modelslim(void)
         int64_t K = 0, N = 0;
         corpus_path(c, path, sizeof path);
         qk_status want = status_of(c->expect);
+        /* the _ext forms open with QK_MS_ALLOW_EXTERNAL_SHARDS */
+        bool ext = false;
         bool is_load = parse_linear_check(c->check, "load", prefix, sizeof prefix, &K, &N);
         bool is_post = parse_linear_check(c->check, "post", prefix, sizeof prefix, &K, &N);
-        if (strcmp(c->check, "ms") && !is_load && !is_post) continue;
+        if (!is_post && parse_linear_check(c->check, "post_ext", prefix, sizeof prefix, &K, &N))
+            is_post = ext = true;
+        bool is_ms = !strcmp(c->check, "ms") || (!strcmp(c->check, "ms_ext") && (ext = true));
+        if (!is_ms && !is_load && !is_post) continue;
         ran++;
         qk_ms_model *m = NULL;
-        qk_status st = qk_ms_open(path, 0, &m);
-        if (!strcmp(c->check, "ms")) {
+        qk_status st = qk_ms_open(path, ext ? QK_MS_ALLOW_EXTERNAL_SHARDS : 0, &m);
+        if (is_ms) {
             CHECK(st == want, "%s: %s, expected %s (%s)", c->path, qk_status_name(st), c->expect, qk_last_error());
             CHECK(strstr(qk_last_error(), c->substring) != NULL, "%s: \"%s\" lacks \"%s\"", c->path,
                   qk_last_error(), c->substring);
@@ -721,14 +727,17 @@ static void test_tool_inspect_corpus(void)
     static char out[1 << 16];
     for (size_t i = 0; i < n; i++) {
         const corpus_case *c = &cs[i];
-        if (strcmp(c->check, "inspect")) continue;
+        const bool ext = !strcmp(c->check, "inspect_ext");
+        if (strcmp(c->check, "inspect") && !ext) continue;
         char args[1024];
-        snprintf(args, sizeof args, "inspect " CORPUS_DIR "/%s", c->path);
+        snprintf(args, sizeof args, "inspect %s" CORPUS_DIR "/%s", ext ? "--allow-external-shards " : "",
+                 c->path);
         int rc = run_tool(args, out, sizeof out);
         CHECK(rc == atoi(c->expect), "qk inspect %s: exit %d, expected %s\n%s", c->path, rc, c->expect, out);
         CHECK(strstr(out, c->substring) != NULL, "qk inspect %s: output lacks \"%s\"\n%s", c->path, c->substring, out);
         /* --json before the path */
-        snprintf(args, sizeof args, "inspect --json " CORPUS_DIR "/%s", c->path);
+        snprintf(args, sizeof args, "inspect --json " CORPUS_DIR "/%s%s", c->path,
+                 ext ? " --allow-external-shards" : "");
         rc = run_tool(args, out, sizeof out);
         CHECK(rc == atoi(c->expect), "qk inspect --json %s: exit %d", c->path, rc);
         CHECK(strstr(out, "\"problems\"") && strstr(out, rc ? "\"ok\": false" : "\"ok\": true"),
@@ -977,6 +986,34 @@ static void test_tool_quantize(void)
 }
 #endif
 
+/* qk_modelslim_quantize reads a Hugging Face cache snapshot (every file a link into
+   ../../blobs) only with allow_external_shards; refused, it writes nothing */
+static void test_quantize_external_shards_opt_in(void)
+{
+    static const char snap[] = CORPUS_DIR "/hf_cache/models--org--tiny/snapshots/0123abcd";
+    char out[600], desc[700];
+    snprintf(out, sizeof out, "%s/q_external", scratch);
+    snprintf(desc, sizeof desc, "%s/quant_model_description.json", out);
+    qk_ms_quantize_options o = qk_ms_quantize_defaults();
+    qk_ms_quantize_report rep;
+    CHECK(!o.allow_external_shards, "the default follows no link out of the folder");
+    qk_status st = qk_modelslim_quantize(snap, out, &o, &rep);
+    CHECK(st == QK_ERR_FORMAT && strstr(qk_last_error(), "index " CORPUS_DIR "/hf_cache/models--org--tiny/"
+                                        "snapshots/0123abcd/model.safetensors.index.json resolves outside "
+                                        "the model folder") &&
+              strstr(qk_last_error(), "--allow-external-shards"),
+          "refused: %s %s", qk_status_name(st), qk_last_error());
+    struct stat sb;
+    CHECK(stat(out, &sb) != 0, "%s was created by a refused run", out);
+    o.allow_external_shards = true;
+    st = qk_modelslim_quantize(snap, out, &o, &rep);
+    CHECK(st == QK_OK && rep.quantized == 1, "with the opt-in: %s (%zu quantized)", qk_last_error(), rep.quantized);
+    CHECK(stat(desc, &sb) == 0, "no description in %s", out);
+    qk_ms_model *m = NULL;
+    CHECK(qk_ms_open(out, 0, &m) == QK_OK, "the output: %s", qk_last_error());
+    qk_ms_close(m);
+}
+
 int main(void)
 {
     qk_test_require_cpu("test_modelslim");
@@ -993,6 +1030,7 @@ int main(void)
     RUN(test_tp_row_parallel_sums_to_unsharded);
     RUN(test_tp_shared_block_sums_to_unsharded);
     RUN(test_tp_column_parallel_slices);
+    RUN(test_quantize_external_shards_opt_in);
 #ifdef QK_TOOL_PATH
     RUN(test_tool_inspect_corpus);
     RUN(test_tool_quantize);

@@ -1465,11 +1465,11 @@ static PyType_Spec layer_spec = {"qkern.MXFP8Layer", sizeof(layer_obj), 0,
 static PyObject *py_load_modelslim(PyObject *self, PyObject *args, PyObject *kw)
 {
     (void)self;
-    static char *names[] = {"folder", "all_backends", NULL};
+    static char *names[] = {"folder", "all_backends", "allow_external_shards", NULL};
     PyObject *path;
-    int all = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|$p:load_modelslim", names,
-                                     PyUnicode_FSConverter, &path, &all))
+    int all = 0, external = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|$pp:load_modelslim", names,
+                                     PyUnicode_FSConverter, &path, &all, &external))
         return NULL;
     Py_ssize_t plen;
     char *p;
@@ -1480,7 +1480,7 @@ static PyObject *py_load_modelslim(PyObject *self, PyObject *args, PyObject *kw)
     qk_ms_model *m = NULL;
     qk_status st;
     Py_BEGIN_ALLOW_THREADS
-    st = qk_ms_open(p, 0, &m);
+    st = qk_ms_open(p, external ? QK_MS_ALLOW_EXTERNAL_SHARDS : 0, &m);
     Py_END_ALLOW_THREADS
     Py_DECREF(path);
     if (st != QK_OK) return raise_status(st);
@@ -1811,7 +1811,7 @@ static PyMethodDef methods[] = {
                        "fly), weight a qkern.MXFP8Weight [N, K], bias float32 [N]; out [..., N] in "
                        "x's dtype (or the given out's: x's dtype or float32)."),
     {"load_modelslim", (PyCFunction)(void (*)(void))py_load_modelslim, METH_VARARGS | METH_KEYWORDS,
-     "load_modelslim(folder, *, all_backends=False) -> {prefix: MXFP8Layer}\n\nEvery W8A8_MXFP8 "
+     "load_modelslim(folder, *, all_backends=False, allow_external_shards=False) -> {prefix: MXFP8Layer}\n\nEvery W8A8_MXFP8 "
      "linear of a ModelSlim folder, loaded, checked and processed, ready to run."},
     {"info", py_info, METH_NOARGS, "info() -> str: what `qk info` prints."},
     {"version", py_version, METH_NOARGS, "version() -> the C library's version"},

@@ -111,7 +111,10 @@ class MXFP8Linear(torch.nn.Module):
         return f"in_features={self.input_size}, out_features={self.output_size}"
 
 
-def load_modelslim(folder, *, all_backends: bool = False) -> dict:
-    """{prefix: MXFP8Linear} for every W8A8_MXFP8 linear of a ModelSlim folder."""
+def load_modelslim(folder, *, all_backends: bool = False, allow_external_shards: bool = False) -> dict:
+    """{prefix: MXFP8Linear} for every W8A8_MXFP8 linear of a ModelSlim folder.
+    allow_external_shards: follow files that link out of the folder (a Hugging Face cache
+    snapshot's links into ../../blobs), refused by default."""
     return {p: MXFP8Linear.from_layer(l)
-            for p, l in _qkern.load_modelslim(folder, all_backends=all_backends).items()}
+            for p, l in _qkern.load_modelslim(folder, all_backends=all_backends,
+                                              allow_external_shards=allow_external_shards).items()}

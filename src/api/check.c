@@ -1,5 +1,6 @@
 /* Argument checks shared by the API entry points (see check.h). */
 #include "api/check.h"
+#include "api/ckd.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -19,7 +20,7 @@ qk_status qk_check_tensor(const char *fn, const char *name, const qk_tensor *t)
             return qk_fail(QK_ERR_SHAPE, "%s: %s has negative dim %d (%lld)", fn, name, (int)d,
                            (long long)t->shape[d]);
         if (t->shape[d] == 0) empty = true;
-        else if (__builtin_mul_overflow(prod, t->shape[d], &prod))
+        else if (!qk_ckd_mul_i64(prod, t->shape[d], &prod))
             return qk_fail(QK_ERR_SHAPE, "%s: %s's dims multiply to more than INT64_MAX elements "
                            "(rule: dims and byte spans must fit in int64)", fn, name);
     }
@@ -28,15 +29,15 @@ qk_status qk_check_tensor(const char *fn, const char *name, const qk_tensor *t)
     for (int32_t d = 0; d < t->ndim; d++) {
         if (t->shape[d] == 1) continue;
         int64_t a, p;
-        if (t->stride[d] == INT64_MIN || (a = llabs(t->stride[d]), __builtin_mul_overflow(a, t->shape[d] - 1, &p)) ||
-            __builtin_add_overflow(span, p, &span))
+        if (t->stride[d] == INT64_MIN || (a = llabs(t->stride[d]), !qk_ckd_mul_i64(a, t->shape[d] - 1, &p)) ||
+            !qk_ckd_add_i64(span, p, &span))
             return qk_fail(QK_ERR_LAYOUT, "%s: %s's dim %d has stride %lld, so the tensor spans more "
                            "than INT64_MAX elements (rule: dims and byte spans must fit in int64)", fn,
                            name, (int)d, (long long)t->stride[d]);
     }
     const int64_t es = qk_dtype_bytes(t->dtype) ? (int64_t)qk_dtype_bytes(t->dtype) : 1;
     int64_t bytes;
-    if (__builtin_add_overflow(span, 1, &span) || __builtin_mul_overflow(span, es, &bytes))
+    if (!qk_ckd_add_i64(span, 1, &span) || !qk_ckd_mul_i64(span, es, &bytes))
         return qk_fail(QK_ERR_LAYOUT, "%s: %s spans more than INT64_MAX bytes (rule: dims and byte "
                        "spans must fit in int64)", fn, name);
     return QK_OK;
@@ -81,6 +82,9 @@ qk_status qk_check_last_contiguous(const char *fn, const char *name, const qk_te
     return QK_OK;
 }
 
+/* |s|, with INT64_MIN (which has no llabs) as INT64_MAX */
+static int64_t qk_abs_sat(int64_t s) { return s == INT64_MIN ? INT64_MAX : llabs(s); }
+
 qk_status qk_check_no_self_overlap(const char *fn, const char *name, const qk_tensor *t)
 {
     /* Sufficient: ordered by |stride|, each dim's stride covers the extent of those inside. */
@@ -88,18 +92,21 @@ qk_status qk_check_no_self_overlap(const char *fn, const char *name, const qk_te
     for (int32_t d = 0; d < t->ndim; d++)
         if (t->shape[d] > 1) idx[n++] = d;
     for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && llabs(t->stride[idx[j]]) < llabs(t->stride[idx[j - 1]]); j--) {
+        for (int j = i; j > 0 && qk_abs_sat(t->stride[idx[j]]) < qk_abs_sat(t->stride[idx[j - 1]]); j--) {
             int tmp = idx[j];
             idx[j] = idx[j - 1];
             idx[j - 1] = tmp;
         }
+    /* after qk_check_tensor the extents sum to at most the tensor's span; checked anyway,
+       since a stride of INT64_MIN has no llabs */
     int64_t extent = 1;
     for (int i = 0; i < n; i++) {
-        const int64_t s = llabs(t->stride[idx[i]]);
-        if (s < extent)
+        const int64_t st = t->stride[idx[i]], s = qk_abs_sat(st);
+        int64_t p;
+        if (s < extent || !qk_ckd_mul_i64(s, t->shape[idx[i]] - 1, &p) ||
+            !qk_ckd_add_i64(p, extent, &extent))
             return qk_fail(QK_ERR_LAYOUT, "%s: %s's dim %d has stride %lld, so its elements "
-                           "overlap each other", fn, name, idx[i], (long long)t->stride[idx[i]]);
-        extent = s * (t->shape[idx[i]] - 1) + extent;
+                           "overlap each other", fn, name, idx[i], (long long)st);
     }
     return QK_OK;
 }

@@ -5,6 +5,7 @@
 #define QK_IO_INTERNAL_H
 
 #include "internal.h"
+#include "api/ckd.h"
 #include "qkern_io.h"
 
 #include <stdbool.h>
@@ -99,9 +100,9 @@ QK_HIDDEN qk_status qk_io_tmp_create(const char *who, const char *path, char **t
    removed. fd is closed in every case. */
 QK_HIDDEN qk_status qk_io_place(const char *who, int fd, const char *tmp, const char *path,
                                 unsigned flags);
-/* Writes all n bytes at offset off. */
-QK_HIDDEN qk_status qk_io_pwrite_all(const char *who, int fd, const void *buf, size_t n,
-                                     uint64_t off);
+/* Writes all n bytes at offset off (path: the file being written, for the message). */
+QK_HIDDEN qk_status qk_io_pwrite_all(const char *who, const char *path, int fd, const void *buf,
+                                     size_t n, uint64_t off);
 
 /* "a/b/c.json" -> "a/b" ("." when no slash); malloc'd. */
 QK_HIDDEN char *qk_io_dirname(const char *path);
@@ -111,10 +112,16 @@ QK_HIDDEN char *qk_io_strdup(const char *s);
 /* Strict UTF-8 check (no overlongs, no surrogates, <= U+10FFFF); returns the offset of the
    first bad byte, or n when valid. */
 QK_HIDDEN size_t qk_utf8_check(const uint8_t *s, size_t n);
-/* Checked a*b for non-negative values. */
-static inline bool qk_mul_u64(uint64_t a, uint64_t b, uint64_t *r)
-{
-    return !__builtin_mul_overflow(a, b, r);
-}
+/* Checks that PATH, a file the loader reads from the model folder DIR (a shard an index
+   names, the index or weights found in a folder), resolves inside DIR once symlinks are
+   followed; WHAT names it in the message ("shard", "weights file", ...). Lexical escapes
+   never reach here (names are plain). With allow_external the check is skipped. On success
+   *real (malloc'd, may be NULL when skipped) is the resolved path, for qk_io_same_file. */
+QK_HIDDEN qk_status qk_io_check_inside(const char *who, const char *dir, const char *path,
+                                       const char *what, bool allow_external, char **real);
+/* After opening a checked file: the open file is still the one the check resolved (a link
+   swapped in between is QK_ERR_IO). real NULL: nothing to compare. */
+QK_HIDDEN qk_status qk_io_same_file(const char *who, const char *path, const char *real,
+                                    dev_t dev, ino_t ino);
 
 #endif /* QK_IO_INTERNAL_H */

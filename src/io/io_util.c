@@ -109,9 +109,15 @@ const char *qk_io_file_kind(mode_t m)
 qk_status qk_io_open_regular(const char *who, const char *path, int *fd, struct stat *st)
 {
     *fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (*fd < 0)
+    if (*fd < 0) {
+        const int e = errno;
+        /* a socket cannot be opened at all (ENXIO): say what it is, as for a FIFO */
+        if (e != EACCES && e != ENOENT && stat(path, st) == 0 && !S_ISREG(st->st_mode))
+            return qk_fail(QK_ERR_IO, "%s: %s is %s; a checkpoint file must be a regular file", who,
+                           path, qk_io_file_kind(st->st_mode));
         return qk_fail(QK_ERR_IO, "%s: cannot open %s: %s", who, path,
-                       errno == EACCES ? "permission denied" : strerror(errno));
+                       e == EACCES ? "permission denied" : strerror(e));
+    }
     if (fstat(*fd, st) != 0) {
         const int e = errno;
         close(*fd);
@@ -258,7 +264,8 @@ qk_status qk_io_tmp_create(const char *who, const char *path, char **tmp, int *f
     return QK_OK;
 }
 
-qk_status qk_io_pwrite_all(const char *who, int fd, const void *buf, size_t n, uint64_t off)
+qk_status qk_io_pwrite_all(const char *who, const char *path, int fd, const void *buf, size_t n,
+                           uint64_t off)
 {
     const char *p = buf;
     while (n) {
@@ -266,7 +273,8 @@ qk_status qk_io_pwrite_all(const char *who, int fd, const void *buf, size_t n, u
         ssize_t r = pwrite(fd, p, chunk, (off_t)off);
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0)
-            return qk_fail(QK_ERR_IO, "%s: write failed: %s", who, r < 0 ? strerror(errno) : "no progress");
+            return qk_fail(QK_ERR_IO, "%s: writing %s failed: %s", who, path,
+                           r < 0 ? strerror(errno) : "no progress");
         p += r;
         n -= (size_t)r;
         off += (uint64_t)r;
@@ -328,7 +336,7 @@ qk_status qk_write_file_atomic(const char *path, const void *data, size_t n, uns
     int fd;
     st = qk_io_tmp_create(who, path, &tmp, &fd);
     if (st != QK_OK) return st;
-    st = qk_io_pwrite_all(who, fd, data, n, 0);
+    st = qk_io_pwrite_all(who, path, fd, data, n, 0);
     if (st != QK_OK) {
         close(fd);
         unlink(tmp);
@@ -337,4 +345,51 @@ qk_status qk_write_file_atomic(const char *path, const void *data, size_t n, uns
     }
     free(tmp);
     return st;
+}
+
+/* ---- files that must lie in the model folder ---- */
+qk_status qk_io_check_inside(const char *who, const char *dir, const char *path, const char *what,
+                             bool allow_external, char **real)
+{
+    *real = NULL;
+    if (allow_external) return QK_OK;
+    char *rd = realpath(dir, NULL);
+    if (!rd)
+        return qk_fail(QK_ERR_IO, "%s: cannot resolve the model folder %s: %s", who, dir,
+                       errno == EACCES ? "permission denied" : strerror(errno));
+    char *rp = realpath(path, NULL);
+    if (!rp) {
+        const int e = errno;
+        free(rd);
+        return qk_fail(QK_ERR_IO, "%s: cannot resolve %s %s: %s", who, what, path,
+                       e == EACCES ? "permission denied" : e == ENOENT ? "it is a link to nothing"
+                                                                       : strerror(e));
+    }
+    const size_t n = strlen(rd);
+    /* inside: rd itself is "/", or rp is rd + "/" + something */
+    const bool inside = (n == 1 && rd[0] == '/') || (!strncmp(rp, rd, n) && rp[n] == '/');
+    if (!inside) {
+        /* what to do comes before the resolved path, so that a cut message still says it */
+        qk_status st = qk_fail(QK_ERR_FORMAT, "%s: %s %.160s resolves outside the model folder "
+                               "(rule: a checkpoint's files lie in its folder; --allow-external-shards "
+                               "in qk, or QK_ST_SET_ALLOW_EXTERNAL_SHARDS / QK_MS_ALLOW_EXTERNAL_SHARDS, "
+                               "follows such links, as a Hugging Face cache snapshot's into "
+                               "../../blobs): to %s", who, what, path, rp);
+        free(rp);
+        free(rd);
+        return st;
+    }
+    free(rd);
+    *real = rp;
+    return QK_OK;
+}
+
+qk_status qk_io_same_file(const char *who, const char *path, const char *real, dev_t dev, ino_t ino)
+{
+    if (!real) return QK_OK;
+    struct stat sb;
+    if (stat(real, &sb) != 0 || sb.st_dev != dev || sb.st_ino != ino)
+        return qk_fail(QK_ERR_IO, "%s: %s changed while it was opened (it no longer is %s)", who,
+                       path, real);
+    return QK_OK;
 }

@@ -218,7 +218,7 @@ qk_status qk_ms_open(const char *dir, unsigned flags, qk_ms_model **out)
     if (!out) return qk_fail(QK_ERR_INVALID_ARGUMENT, "qk_ms_open: out is NULL");
     *out = NULL;
     if (!dir) return qk_fail(QK_ERR_INVALID_ARGUMENT, "qk_ms_open: dir is NULL");
-    if (flags & ~(unsigned)QK_MS_LENIENT)
+    if (flags & ~(unsigned)(QK_MS_LENIENT | QK_MS_ALLOW_EXTERNAL_SHARDS))
         return qk_fail(QK_ERR_INVALID_ARGUMENT, "qk_ms_open: unknown flags 0x%x", flags);
     struct stat sb;
     if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
@@ -252,13 +252,22 @@ qk_status qk_ms_open(const char *dir, unsigned flags, qk_ms_model **out)
                      ") (rule: a ModelSlim folder holds the description and the weights)", dir);
         goto done;
     }
+    /* the files read from the folder lie in it (the index's shards: qk_st_set_open) */
+    const bool external = flags & QK_MS_ALLOW_EXTERNAL_SHARDS;
+    char *real = NULL;
+    if ((st = qk_io_check_inside("qk_ms_open", dir, desc, "description", external, &real)) != QK_OK)
+        goto done;
+    free(real);
     st = qk_ms_desc_load(desc, &m->desc);
     if (st != QK_OK) goto done;
-    unsigned sflags = (flags & QK_MS_LENIENT) ? QK_ST_SET_LENIENT : 0;
-    if (qk_ms_exists(index)) {
-        st = qk_st_set_open(index, sflags, &m->set);
-    } else if (qk_ms_exists(single)) {
-        st = qk_st_set_open(single, sflags, &m->set);
+    unsigned sflags = ((flags & QK_MS_LENIENT) ? QK_ST_SET_LENIENT : 0) |
+                      (external ? QK_ST_SET_ALLOW_EXTERNAL_SHARDS : 0);
+    const char *weights = qk_ms_exists(index) ? index : qk_ms_exists(single) ? single : NULL;
+    if (weights) {
+        st = qk_io_check_inside("qk_ms_open", dir, weights, weights == index ? "index" : "weights file",
+                                external, &real);
+        free(real);
+        if (st == QK_OK) st = qk_st_set_open(weights, sflags, &m->set);
     } else {
         st = qk_fail(QK_ERR_FORMAT, "qk_ms_open: %s has neither " QK_MS_WEIGHTS " nor " QK_MS_INDEX
                      " (rule: a ModelSlim folder holds the description and the weights)", dir);

@@ -480,7 +480,8 @@ qk_status qk_modelslim_quantize(const char *in, const char *out, const qk_ms_qua
     const uint64_t shard_size = o->shard_size;
     const bool force = o->force, allow_nonfinite = o->allow_nonfinite;
     qk_st_set *set = NULL;
-    const qk_status ost = qk_st_set_open(in, 0, &set);
+    const qk_status ost =
+        qk_st_set_open(in, o->allow_external_shards ? QK_ST_SET_ALLOW_EXTERNAL_SHARDS : 0u, &set);
     if (ost != QK_OK) return ost;
     size_t nfiles = qk_st_set_file_count(set), nt = qk_st_set_count(set);
     file_id *ids = calloc(nfiles + 1, sizeof *ids);

@@ -20,6 +20,9 @@ typedef struct qk_ms_quantize_options {
     int ninclude, nexclude;
     bool force;                  /* replace existing output files (never the input) */
     bool allow_nonfinite;        /* quantize weights holding NaN/Inf (refused otherwise) */
+    bool allow_external_shards;  /* follow input shards linking out of IN's folder, as in a
+                                    Hugging Face cache snapshot (QK_ST_SET_ALLOW_EXTERNAL_SHARDS;
+                                    refused otherwise) */
     bool progress;               /* draw a progress bar on stderr */
 } qk_ms_quantize_options;
 

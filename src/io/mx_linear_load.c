@@ -5,6 +5,7 @@
  * partition of a weight (column: split N evenly; row: split K on block boundaries). */
 #define _GNU_SOURCE
 #include "io_internal.h"
+#include "api/check.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +28,13 @@ struct qk_mx_linear {
 
 static int64_t qk_ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0); } /* a >= 0, b > 0 */
 
+/* The first element after block b (0 <= b <= kb): min(32 b, K) without 32 kb overflowing
+   when K is near INT64_MAX (b < kb implies 32 b <= K - 1). */
+static int64_t qk_block_end(int64_t b, int64_t K)
+{
+    return b >= qk_mx_blocks(K) ? K : b * QK_MX_BLOCK;
+}
+
 /* ---- tensor parallelism ---- */
 /* "2176 + 2128 elements (68 + 67 blocks)" for the block-aligned split, or why none exists. */
 static void qk_block_aligned_text(int64_t K, int32_t tp, char *buf, size_t n)
@@ -46,8 +54,9 @@ static void qk_block_aligned_text(int64_t K, int32_t tp, char *buf, size_t n)
             r = tp - 2;
             continue;
         }
+        /* (tp - 1) B < kb here, so r B and r B + B stay below kb + B <= 2 kb */
         int64_t b0 = r * B, b1 = b0 + B < kb ? b0 + B : kb;
-        int64_t e1 = b1 * QK_MX_BLOCK < K ? b1 * QK_MX_BLOCK : K;
+        int64_t e1 = qk_block_end(b1, K);
         ke += (size_t)snprintf(el + ke, sizeof el - ke, r ? " + %lld" : "%lld", (long long)(e1 - b0 * QK_MX_BLOCK));
         kbl += (size_t)snprintf(bl + kbl, sizeof bl - kbl, r ? " + %lld" : "%lld", (long long)(b1 - b0));
         if (ke >= sizeof el || kbl >= sizeof bl) break;
@@ -130,11 +139,12 @@ qk_status qk_tp_partition(int64_t N, int64_t K, const qk_tp *tp, qk_tp_part *p)
                        "(rule: every rank needs at least one block; use a smaller tp)", who,
                        (long long)K, (long long)kb, tp->size, (long long)B,
                        (long long)qk_ceil_div(kb, B));
+    /* (tp - 1) B < kb: rank B + B <= kb + B - 1, and b0 < kb, so 32 b0 <= K - 1 */
     int64_t b0 = tp->rank * B, b1 = b0 + B < kb ? b0 + B : kb;
     r.kb0 = b0;
     r.kb = b1 - b0;
     r.k0 = b0 * QK_MX_BLOCK;
-    r.k = (b1 * QK_MX_BLOCK < K ? b1 * QK_MX_BLOCK : K) - r.k0;
+    r.k = qk_block_end(b1, K) - r.k0;
     *p = r;
     return QK_OK;
 }
@@ -149,11 +159,15 @@ qk_status qk_mx_linear_create_weights(const char *prefix, int64_t K, int64_t N, 
     qk_tp_part part;
     qk_status st = qk_tp_partition(N, K, tp, &part);
     if (st != QK_OK) return st;
-    uint64_t wbytes, sbytes;
-    if (!qk_mul_u64((uint64_t)part.n, (uint64_t)(part.pad + part.k), &wbytes) ||
-        !qk_mul_u64((uint64_t)part.n, (uint64_t)part.kb, &sbytes) || wbytes > SIZE_MAX / 2)
-        return qk_fail(QK_ERR_SHAPE, "%s: " QK_NAME_FMT ": [%lld, %lld] is too large", who, prefix,
-                       (long long)part.n, (long long)part.k);
+    /* pad < 32 and k <= K - pad (shared_block: k = K / tp with tp >= 2 when pad > 0) */
+    size_t wbytes, sbytes, bbytes = 0;
+    const int64_t bias_len = tp && tp->kind == QK_TP_COLUMN ? part.n : N;
+    if (!qk_ckd_bytes2(part.n, part.pad + part.k, 1, &wbytes) ||
+        !qk_ckd_bytes2(part.n, part.kb, 1, &sbytes) ||
+        (has_bias && !qk_ckd_bytes(bias_len, sizeof(float), &bbytes)))
+        return qk_fail(QK_ERR_SHAPE, "%s: " QK_NAME_FMT ": this rank's weight [%lld, %lld] (or its "
+                       "scales or bias) takes more bytes than one allocation can hold", who, prefix,
+                       (long long)part.n, (long long)(part.pad + part.k));
     qk_mx_linear *l = calloc(1, sizeof *l);
     if (!l) return qk_fail(QK_ERR_NOMEM, "%s: out of memory", who);
     l->prefix = qk_io_strdup(prefix);
@@ -164,15 +178,15 @@ qk_status qk_mx_linear_create_weights(const char *prefix, int64_t K, int64_t N, 
     else l->tp.kind = QK_TP_NONE;
     l->part = part;
     l->has_bias = has_bias;
-    l->bias_len = l->tp.kind == QK_TP_COLUMN ? part.n : N;
-    l->w = calloc((size_t)wbytes ? (size_t)wbytes : 1, 1);
-    l->s = malloc((size_t)sbytes ? (size_t)sbytes : 1);
-    if (has_bias) l->bias = calloc((size_t)l->bias_len, sizeof(float));
+    l->bias_len = bias_len;
+    l->w = calloc(wbytes ? wbytes : 1, 1);
+    l->s = malloc(sbytes ? sbytes : 1);
+    if (has_bias) l->bias = calloc(bbytes ? bbytes : 1, 1);
     if (!l->prefix || !l->w || !l->s || (has_bias && !l->bias)) {
         qk_mx_linear_destroy(l);
         return qk_fail(QK_ERR_NOMEM, "%s: out of memory for " QK_NAME_FMT, who, prefix);
     }
-    memset(l->s, 0xFF, (size_t)sbytes);   /* "not loaded" */
+    memset(l->s, 0xFF, sbytes);   /* "not loaded" */
     *out = l;
     return QK_OK;
 }
@@ -261,7 +275,8 @@ qk_status qk_mx_linear_check_tensor(const char *name, const char *dtype_name, in
 
 /* Copies rows [r0, r0+nr) x columns [c0, c0+nc) of a 2-D (or 1-D with nr = 1) tensor. */
 /* rows [r0, r0 + nr), columns [c0, c0 + nc) of t into dst, whose rows are dpitch elements
-   apart, starting doff elements into each */
+   apart, starting doff elements into each. t passed qk_check_tensor (its byte span fits
+   int64) and the ranges lie inside its shape, so no offset below can overflow. */
 static void qk_copy_block(const qk_tensor *t, int64_t r0, int64_t nr, int64_t c0, int64_t nc,
                           void *dst, int64_t dpitch, int64_t doff)
 {
@@ -289,6 +304,9 @@ qk_status qk_mx_linear_pad_input(const qk_mx_linear *l, const qk_tensor *x, qk_t
     if (q->pad == 0) return QK_OK;
     if (x->ndim < 1 || x->ndim > QK_MAX_DIMS || !qk_is_float_dtype(x->dtype))
         return QK_OK; /* the linear's own checks report it */
+    /* the linear's own first check, before any size below is computed from x */
+    qk_status cs = qk_check_tensor("qk_mxfp8_linear", "x", x);
+    if (cs != QK_OK) return cs;
     const int32_t nd = x->ndim;
     if (x->shape[nd - 1] != q->k)
         return qk_fail(QK_ERR_SHAPE, "linear " QK_NAME_FMT ": x's last dim is %lld but this rank's "
@@ -297,14 +315,16 @@ qk_status qk_mx_linear_pad_input(const qk_mx_linear *l, const qk_tensor *x, qk_t
     if (q->k > 1 && x->stride[nd - 1] != 1)
         return qk_fail(QK_ERR_LAYOUT, "linear " QK_NAME_FMT ": x's last dim must be contiguous",
                        l->prefix);
-    int64_t rows = 1;
-    for (int32_t d = 0; d < nd - 1; d++) {
-        if (x->shape[d] < 0) return QK_OK;
-        rows *= x->shape[d];
-    }
+    int64_t rows;   /* the dims passed qk_check_tensor: their product fits int64 */
+    (void)qk_ckd_numel(x->shape, nd - 1, &rows);
     const int64_t w = q->pad + q->k;
     const size_t es = qk_dtype_size(x->dtype);
-    char *b = calloc((size_t)(rows * w) * es + 1, 1);
+    size_t bytes;
+    if (!qk_ckd_bytes2(rows, w, es, &bytes))
+        return qk_fail(QK_ERR_SHAPE, "linear " QK_NAME_FMT ": x's %lld rows padded to %lld columns "
+                       "take more bytes than one allocation can hold", l->prefix, (long long)rows,
+                       (long long)w);
+    char *b = calloc(bytes + 1, 1);
     if (!b) return qk_fail(QK_ERR_NOMEM, "linear " QK_NAME_FMT ": out of memory", l->prefix);
     for (int64_t r = 0; r < rows; r++) {
         int64_t off = 0, rem = r;
@@ -318,10 +338,10 @@ qk_status qk_mx_linear_pad_input(const qk_mx_linear *l, const qk_tensor *x, qk_t
     xp->data = b;
     xp->shape[nd - 1] = w;
     xp->stride[nd - 1] = 1;
-    int64_t st = w;
+    int64_t st = w;   /* products of the leading dims and w: at most bytes */
     for (int32_t d = nd - 2; d >= 0; d--) {
         xp->stride[d] = st;
-        st *= x->shape[d];
+        st = qk_sat_mul_i64(st, x->shape[d]);
     }
     *buf = b;
     return QK_OK;
@@ -351,6 +371,8 @@ qk_status qk_mx_linear_load(qk_mx_linear *l, const char *name, const qk_tensor *
         return qk_fail(QK_ERR_INVALID_ARGUMENT, "%s: " QK_NAME_FMT ": ndim %d", who, name, t->ndim);
     qk_status st = qk_mx_linear_check_tensor(name, qk_dtype_name(t->dtype), t->ndim, t->shape, l->N, l->K);
     if (st != QK_OK) return st;
+    /* strides: the copy's offsets are computed from them */
+    if ((st = qk_check_tensor(who, name, t)) != QK_OK) return st;
     if (!t->data)
         return qk_fail(QK_ERR_INVALID_ARGUMENT, "%s: " QK_NAME_FMT ": data is NULL", who, name);
     const qk_tp_part *q = &l->part;
@@ -444,7 +466,8 @@ qk_status qk_mx_linear_process_weights_after_loading(qk_mx_linear *l, unsigned f
     const qk_tp_part *q = &l->part;
     if (!l->loaded_w)
         return qk_fail(QK_ERR_FORMAT, "%s: \"%.160s.weight\" was never loaded", who, l->prefix);
-    size_t sbytes = (size_t)(q->n * q->kb);
+    size_t sbytes;   /* allocated by create_weights, so it fits */
+    (void)qk_ckd_bytes2(q->n, q->kb, 1, &sbytes);
     const uint8_t *ff = memchr(l->s, 0xFF, sbytes);
     if (ff) {
         size_t i = (size_t)(ff - l->s), count = 0;
@@ -470,8 +493,8 @@ qk_status qk_mx_linear_process_weights_after_loading(qk_mx_linear *l, unsigned f
     uint8_t *pairs = NULL;
     if (flags & QK_MX_LINEAR_PAIR_SCALES) {
         int64_t half = (q->kb + 1) / 2, ps[3] = {q->n, half, 2};
-        size_t pbytes = (size_t)q->n * (size_t)half * 2u;
-        pairs = malloc(pbytes ? pbytes : 1);
+        size_t pbytes;
+        pairs = qk_ckd_bytes2(q->n, half, 2, &pbytes) ? malloc(pbytes ? pbytes : 1) : NULL;
         if (!pairs) {
             qk_mx_weight_destroy(mw);
             return qk_fail(QK_ERR_NOMEM, "%s: out of memory", who);

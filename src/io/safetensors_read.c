@@ -162,13 +162,13 @@ static qk_status qk_st_parse_entry(const char *path, const char *name, json_t *e
        0: row-major strides are such products */
     uint64_t numel = 1;
     for (size_t d = 0; d < nd; d++)
-        if (r->shape[d] && (!qk_mul_u64(numel, (uint64_t)r->shape[d], &numel) || numel > INT64_MAX))
+        if (r->shape[d] && (!qk_ckd_mul_u64(numel, (uint64_t)r->shape[d], &numel) || numel > INT64_MAX))
             return FMT_FAIL("%s: tensor " QK_NAME_FMT ": the %s of its shape overflows 64 bits "
                             "(rule: element count must fit 64 bits)", path, name,
                             zero ? "product of the non-zero dims" : "element count");
     if (zero) numel = 0;
     r->numel = numel;
-    if (!qk_mul_u64(numel, r->dt->size, &r->nbytes))
+    if (!qk_ckd_mul_u64(numel, r->dt->size, &r->nbytes))
         return FMT_FAIL("%s: tensor " QK_NAME_FMT ": element count x %s size (%zu bytes) overflows "
                         "64 bits (rule: element count must fit 64 bits)", path, name, r->dt->name,
                         r->dt->size);

@@ -165,13 +165,37 @@ static qk_status qk_set_finish(qk_st_set *s, unsigned flags, qk_st_set **out)
     return QK_OK;
 }
 
-static qk_status qk_set_open_file(const char *path, unsigned flags, qk_st_set **out)
+/* Opens PATH and checks it is still the file that qk_io_check_inside resolved (real). */
+static qk_status qk_set_open_checked(const char *path, const char *real, qk_st_file **f)
 {
+    qk_status st = qk_st_open(path, f);
+    if (st == QK_OK && (st = qk_io_same_file("qk_st_set_open", path, real, (*f)->dev, (*f)->ino)) != QK_OK) {
+        qk_st_close(*f);
+        *f = NULL;
+    }
+    return st;
+}
+
+/* folder: the folder PATH was found in (it must resolve inside it), or NULL when PATH was
+   named by the caller */
+static qk_status qk_set_open_file(const char *path, const char *folder, unsigned flags,
+                                  qk_st_set **out)
+{
+    char *real = NULL;
+    if (folder) {
+        qk_status st = qk_io_check_inside("qk_st_set_open", folder, path, "file",
+                                          flags & QK_ST_SET_ALLOW_EXTERNAL_SHARDS, &real);
+        if (st != QK_OK) return st;
+    }
     qk_st_set *s = calloc(1, sizeof *s);
-    if (!s) return qk_fail(QK_ERR_NOMEM, "qk_st_set_open: out of memory");
-    s->files = calloc(1, sizeof *s->files);
-    if (!s->files) { free(s); return qk_fail(QK_ERR_NOMEM, "qk_st_set_open: out of memory"); }
-    qk_status st = qk_st_open(path, &s->files[0]);
+    if (s) s->files = calloc(1, sizeof *s->files);
+    if (!s || !s->files) {
+        free(s);
+        free(real);
+        return qk_fail(QK_ERR_NOMEM, "qk_st_set_open: out of memory");
+    }
+    qk_status st = qk_set_open_checked(path, real, &s->files[0]);
+    free(real);
     if (st != QK_OK) { qk_st_set_close(s); return st; }
     s->nfiles = 1;
     st = qk_set_build(s);
@@ -184,10 +208,18 @@ static int qk_cmp_str(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-static qk_status qk_set_open_index(const char *index_path, unsigned flags, qk_st_set **out)
+static qk_status qk_set_open_index(const char *index_path, const char *folder, unsigned flags,
+                                   qk_st_set **out)
 {
-    char *text;
+    const bool external = flags & QK_ST_SET_ALLOW_EXTERNAL_SHARDS;
+    char *text, *real = NULL;
     size_t n;
+    if (folder) {
+        qk_status st = qk_io_check_inside("qk_st_set_open", folder, index_path, "index", external, &real);
+        if (st != QK_OK) return st;
+        free(real);
+        real = NULL;
+    }
     qk_status st = qk_io_read_small(index_path, QK_ST_MAX_HEADER, &text, &n);
     if (st != QK_OK) return st;
     qk_st_index idx;
@@ -227,9 +259,11 @@ static qk_status qk_set_open_index(const char *index_path, unsigned flags, qk_st
             st = qk_fail(QK_ERR_FORMAT, "%s maps tensor " QK_NAME_FMT " (and %zu more) to %s, which "
                          "does not exist in %s (rule: every shard the index names must exist)",
                          index_path, first, users - 1, names[i], dir);
-        } else {
-            st = qk_st_open(p, &s->files[i]);
+        } else if ((st = qk_io_check_inside("qk_st_set_open", dir, p, "shard", external, &real)) == QK_OK) {
+            st = qk_set_open_checked(p, real, &s->files[i]);
             if (st == QK_OK) s->nfiles++;
+            free(real);
+            real = NULL;
         }
         free(p);
     }
@@ -285,14 +319,14 @@ qk_status qk_st_set_open(const char *path, unsigned flags, qk_st_set **out)
     if (!out) return qk_fail(QK_ERR_INVALID_ARGUMENT, "qk_st_set_open: out is NULL");
     *out = NULL;
     if (!path) return qk_fail(QK_ERR_INVALID_ARGUMENT, "qk_st_set_open: path is NULL");
-    if (flags & ~(unsigned)QK_ST_SET_LENIENT)
+    if (flags & ~(unsigned)(QK_ST_SET_LENIENT | QK_ST_SET_ALLOW_EXTERNAL_SHARDS))
         return qk_fail(QK_ERR_INVALID_ARGUMENT, "qk_st_set_open: unknown flags 0x%x", flags);
     struct stat sb;
     if (stat(path, &sb) != 0)
         return qk_fail(QK_ERR_IO, "qk_st_set_open: cannot open %s: %s", path, strerror(errno));
     if (!S_ISDIR(sb.st_mode)) {
-        if (qk_ends_with(path, ".json")) return qk_set_open_index(path, flags, out);
-        return qk_set_open_file(path, flags, out);
+        if (qk_ends_with(path, ".json")) return qk_set_open_index(path, NULL, flags, out);
+        return qk_set_open_file(path, NULL, flags, out);
     }
     DIR *d = opendir(path);
     if (!d) return qk_fail(QK_ERR_IO, "qk_st_set_open: cannot list %s: %s", path, strerror(errno));
@@ -311,11 +345,11 @@ qk_status qk_st_set_open(const char *path, unsigned flags, qk_st_set **out)
     qk_status st;
     if (nindex == 1 && index) {
         char *p = qk_io_join(path, index);
-        st = p ? qk_set_open_index(p, flags, out) : qk_fail(QK_ERR_NOMEM, "out of memory");
+        st = p ? qk_set_open_index(p, path, flags, out) : qk_fail(QK_ERR_NOMEM, "out of memory");
         free(p);
     } else if (nindex == 0 && nsingle == 1 && single) {
         char *p = qk_io_join(path, single);
-        st = p ? qk_set_open_file(p, flags, out) : qk_fail(QK_ERR_NOMEM, "out of memory");
+        st = p ? qk_set_open_file(p, path, flags, out) : qk_fail(QK_ERR_NOMEM, "out of memory");
         free(p);
     } else {
         st = qk_fail(QK_ERR_FORMAT, "qk_st_set_open: folder %s holds %zu *.safetensors.index.json "

@@ -172,10 +172,10 @@ qk_status qk_st_writer_declare(qk_st_writer *w, const char *name, const char *dt
         if (shape[i] == 0) zero = true;
     }
     for (int32_t i = 0; i < ndim; i++)
-        if (shape[i] && (!qk_mul_u64(numel, (uint64_t)shape[i], &numel) || numel > INT64_MAX))
+        if (shape[i] && (!qk_ckd_mul_u64(numel, (uint64_t)shape[i], &numel) || numel > INT64_MAX))
             return qk_fail(QK_ERR_SHAPE, "%s: " QK_NAME_FMT ": element count overflows", who, name);
     if (zero) numel = 0;
-    if (!qk_mul_u64(numel, dt->size, &nbytes) || nbytes > (uint64_t)INT64_MAX)
+    if (!qk_ckd_mul_u64(numel, dt->size, &nbytes) || nbytes > (uint64_t)INT64_MAX)
         return qk_fail(QK_ERR_SHAPE, "%s: " QK_NAME_FMT ": byte size overflows", who, name);
     if (qk_w_find(w, name))
         return qk_fail(QK_ERR_INVALID_ARGUMENT, "%s: " QK_NAME_FMT " is already declared", who, name);
@@ -220,7 +220,8 @@ qk_status qk_st_writer_add_tensor(qk_st_writer *w, const char *name, const qk_te
         if (t->shape[d] > 1 && t->stride[d] != expect)
             return qk_fail(QK_ERR_LAYOUT, "qk_st_writer_add_tensor: " QK_NAME_FMT " is not contiguous",
                            name ? name : "");
-        expect *= t->shape[d] > 0 ? t->shape[d] : 1;
+        /* saturated: a count past INT64_MAX is refused by declare's own check */
+        expect = qk_sat_mul_i64(expect, t->shape[d] > 0 ? t->shape[d] : 1);
     }
     const char *dn = qk_dtype_name(t->dtype);
     if (t->dtype == QK_DTYPE_INVALID || !qk_st_dtype_lookup(dn))
@@ -282,6 +283,12 @@ static qk_status qk_w_start(qk_st_writer *w)
     json_decref(root);
     if (st != QK_OK) { free(text); w->failed = true; return st; }
     size_t len = strlen(text), padded = (len + 8 + 7) / 8 * 8 - 8;
+    uint64_t end;   /* the file's size, as an off_t */
+    if (!qk_ckd_add_u64(8 + (uint64_t)padded, pos, &end) || end > (uint64_t)INT64_MAX) {
+        free(text);
+        w->failed = true;
+        return qk_fail(QK_ERR_SHAPE, "%s: the file would exceed 2^63 bytes", who);
+    }
     uint8_t *hdr = malloc(8 + padded);
     if (!hdr) { free(text); w->failed = true; return qk_fail(QK_ERR_NOMEM, "%s: out of memory", who); }
     uint64_t N = padded;
@@ -291,7 +298,7 @@ static qk_status qk_w_start(qk_st_writer *w)
     free(text);
     st = qk_io_check_dest(who, w->path, w->flags);
     if (st == QK_OK) st = qk_io_tmp_create(who, w->path, &w->tmp, &w->fd);
-    if (st == QK_OK) st = qk_io_pwrite_all(who, w->fd, hdr, 8 + padded, 0);
+    if (st == QK_OK) st = qk_io_pwrite_all(who, w->path, w->fd, hdr, 8 + padded, 0);
     free(hdr);
     if (st != QK_OK) { w->failed = true; return st; }
     w->data_start = 8 + padded;
@@ -308,7 +315,7 @@ static qk_status qk_w_append(qk_st_writer *w, qk_st_decl *d, const void *data, s
                        (unsigned long long)d->nbytes, (unsigned long long)d->written);
     }
     if (!n) return QK_OK;
-    qk_status st = qk_io_pwrite_all(qk_w_who, w->fd, data, n, w->data_start + d->off + d->written);
+    qk_status st = qk_io_pwrite_all(qk_w_who, w->path, w->fd, data, n, w->data_start + d->off + d->written);
     if (st != QK_OK) { w->failed = true; return st; }
     d->written += n;
     return QK_OK;

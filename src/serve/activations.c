@@ -3,6 +3,8 @@
  * target-vs-reference comparison of a block sees only the registry ops' differences.
  * f32 arithmetic on exactly converted inputs, one RNE rounding to the output dtype. */
 #include "serve/serve_internal.h"
+#include "api/check.h"
+#include "api/ckd.h"
 
 #include <math.h>
 
@@ -37,12 +39,10 @@ static void act_range(const void *ctx, int64_t begin, int64_t end)
 
 static qk_status check_arg(const char *fn, const char *name, const qk_tensor *t)
 {
-    if (!t) return qk_fail(QK_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, name);
-    if (t->ndim < 1 || t->ndim > QK_MAX_DIMS)
-        return qk_fail(QK_ERR_SHAPE, "%s: %s has ndim %d; expected 1..%d", fn, name, (int)t->ndim,
-                       QK_MAX_DIMS);
-    for (int32_t d = 0; d < t->ndim; d++)
-        if (t->shape[d] < 0) return qk_fail(QK_ERR_SHAPE, "%s: %s has a negative dim", fn, name);
+    /* NULL, ndim, negative dims, and (api.md's limits) dims and strides whose element count
+       or byte span would not fit int64: the row count and overlap checks below use them */
+    qk_status st = qk_check_tensor(fn, name, t);
+    if (st != QK_OK) return st;
     if (!qk_is_float_dtype(t->dtype))
         return qk_fail(QK_ERR_DTYPE, "%s: %s has dtype %s; expected F32, F16 or BF16", fn, name,
                        qk_dtype_name(t->dtype));
@@ -80,7 +80,7 @@ static qk_status run(const char *fn, bool gelu, const qk_tensor *in, qk_tensor *
     const int64_t rows = qk_tensor_rows(in);
     if (rows == 0) return QK_OK;
     act_job j = {gelu, I, in->dtype, in->data, qk_rows_of(in), out->data, qk_rows_of(out)};
-    qk_parallel_for(rows, L * (int64_t)qk_dtype_size(in->dtype) * 8, 1 << 16, act_range, &j);
+    qk_parallel_for(rows, qk_sat_mul_i64(L, (int64_t)qk_dtype_size(in->dtype) * 8), 1 << 16, act_range, &j);
     return QK_OK;
 }
 

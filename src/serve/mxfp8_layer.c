@@ -131,7 +131,9 @@ qk_status qk_mxfp8_linear_layer_precheck(qk_mxfp8_linear_layer *l)
         qk_mx_linear_placeholder(l->io, "weight_scale", &s) != QK_OK)
         return qk_fail(QK_ERR_INVALID_ARGUMENT, "MXFP8Linear \"%.160s\": no placeholders",
                        l->prefix);
-    const size_t sb = (size_t)(s.shape[0] * s.shape[1]), qb = (size_t)(q.shape[0] * q.shape[1]);
+    size_t sb, qb;   /* the placeholders were allocated with these sizes (create_weights) */
+    if (!qk_ckd_bytes2(s.shape[0], s.shape[1], 1, &sb) || !qk_ckd_bytes2(q.shape[0], q.shape[1], 1, &qb))
+        return qk_fail(QK_ERR_SHAPE, "MXFP8Linear \"%.160s\": placeholder sizes overflow", l->prefix);
     bool bad = memchr(s.data, 0xFF, sb) != NULL;
     const uint8_t *qd = q.data;
     for (size_t i = 0; !bad && i < qb; i++) bad = (qd[i] & 0x7F) == 0x7F;

@@ -5,6 +5,8 @@
  * one is never replaced: reloading and saving see the checkpoint's value) and runs the
  * plain op with it, which is norm.md's Gemma formula with the same f32 multiplier. */
 #include "serve/serve_internal.h"
+#include "api/check.h"
+#include "api/ckd.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -72,7 +74,14 @@ qk_status qk_norm_layer_create(qk_norm_layer_kind kind, const char *prefix, int6
     l->opt = o;
     l->prefix = qk_serve_strdup(prefix);
     l->name = qk_serve_join(prefix, ".weight");
-    l->w = malloc((size_t)hidden * qk_dtype_size(o.weight_dtype));
+    size_t wbytes;
+    if (!qk_ckd_bytes(hidden, qk_dtype_size(o.weight_dtype), &wbytes)) {
+        qk_norm_layer_destroy(l);
+        return qk_fail(QK_ERR_SHAPE, "%s: %s \"%.160s\": hidden size %lld x %s takes more bytes "
+                       "than one allocation can hold", who, kind_names[kind], prefix,
+                       (long long)hidden, qk_dtype_name(o.weight_dtype));
+    }
+    l->w = malloc(wbytes);
     if (!l->prefix || !l->name || !l->w) {
         qk_norm_layer_destroy(l);
         return qk_fail(QK_ERR_NOMEM, "%s: out of memory", who);
@@ -128,6 +137,8 @@ qk_status qk_norm_layer_load(qk_norm_layer *l, const char *name, const qk_tensor
         return qk_fail(QK_ERR_FORMAT, "load \"%.160s\": ndim %d", name, (int)t->ndim);
     qk_status st = check_tensor(l, name, qk_dtype_name(t->dtype), t->ndim, t->shape);
     if (st != QK_OK) return st;
+    /* the copy's offsets come from the stride: its span must fit int64 bytes */
+    if ((st = qk_check_tensor("qk_norm_layer_load", name, t)) != QK_OK) return st;
     if (!t->data) return qk_fail(QK_ERR_INVALID_ARGUMENT, "load \"%.160s\": data is NULL", name);
     const size_t es = qk_dtype_size(t->dtype);
     for (int64_t i = 0; i < l->H; i++)
@@ -179,7 +190,8 @@ qk_status qk_norm_layer_process_weights_after_loading(qk_norm_layer *l)
     }
     float *sh = NULL;
     if (want) {
-        sh = malloc((size_t)l->H * sizeof(float));
+        size_t sbytes;
+        sh = qk_ckd_bytes(l->H, sizeof(float), &sbytes) ? malloc(sbytes) : NULL;
         if (!sh) return qk_fail(QK_ERR_NOMEM, "process_weights_after_loading: out of memory");
         for (int64_t i = 0; i < l->H; i++) sh[i] = 1.0f + qk_load_f32(l->w, l->opt.weight_dtype, i);
     }

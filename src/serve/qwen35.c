@@ -8,6 +8,8 @@
  * Loading finds and checks every tensor of a block before copying any; processing checks
  * every linear before processing any. Intermediates are in x's dtype. */
 #include "serve/serve_internal.h"
+#include "api/check.h"
+#include "api/ckd.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,17 +41,26 @@ static qk_status check_config(const char *who, const qk_qwen35_config *c, bool t
         return qk_fail(QK_ERR_SHAPE, "%s: %s sizes %lld / %lld must be >= 1", who,
                        text ? "hidden / intermediate" : "vision hidden / intermediate",
                        (long long)a, (long long)b);
+    int64_t two;   /* the text block stacks gate and up: gate_up_proj has 2 x intermediate rows */
+    if (text && !qk_ckd_mul_i64(2, b, &two))
+        return qk_fail(QK_ERR_SHAPE, "%s: intermediate size %lld: gate_up_proj's 2 x %lld rows do "
+                       "not fit int64", who, (long long)b, (long long)b);
     return QK_OK;
 }
 
 /* A contiguous scratch tensor with x's leading dims and last dim n, in x's dtype. */
-static qk_status scratch_like(const qk_tensor *x, int64_t n, qk_tensor *t, void **mem)
+static qk_status scratch_like(const char *who, const qk_tensor *x, int64_t n, qk_tensor *t, void **mem)
 {
     int64_t shape[QK_MAX_DIMS];
     for (int32_t d = 0; d < x->ndim; d++) shape[d] = x->shape[d];
     shape[x->ndim - 1] = n;
-    const int64_t rows = qk_tensor_rows(x);
-    *mem = malloc((size_t)(rows > 0 ? rows : 1) * (size_t)n * qk_dtype_size(x->dtype));
+    const int64_t rows = qk_tensor_rows(x);   /* x passed check_input: it fits int64 */
+    size_t bytes;
+    if (!qk_ckd_bytes2(rows > 0 ? rows : 1, n, qk_dtype_size(x->dtype), &bytes))
+        return qk_fail(QK_ERR_SHAPE, "%s: a [%lld, %lld] %s intermediate of x's rows takes more "
+                       "bytes than one allocation can hold", who, (long long)rows, (long long)n,
+                       qk_dtype_name(x->dtype));
+    *mem = malloc(bytes);
     if (!*mem) return qk_fail(QK_ERR_NOMEM, "out of memory for a [%lld, %lld] intermediate",
                               (long long)rows, (long long)n);
     *t = qk_tensor_make(*mem, x->dtype, x->ndim, shape);
@@ -59,6 +70,11 @@ static qk_status scratch_like(const qk_tensor *x, int64_t n, qk_tensor *t, void 
 static qk_status check_input(const char *who, const char *name, const qk_tensor *x, int64_t H)
 {
     if (!x) return qk_fail(QK_ERR_INVALID_ARGUMENT, "%s: %s is NULL", who, name);
+    if (x->ndim >= 1 && x->ndim <= QK_MAX_DIMS && x->shape[x->ndim - 1] == H) {
+        /* the row count and scratch sizes are computed from x's dims and strides */
+        qk_status st = qk_check_tensor(who, name, x);
+        if (st != QK_OK) return st;
+    }
     if (x->ndim < 1 || x->ndim > QK_MAX_DIMS || x->shape[x->ndim - 1] != H)
         return qk_fail(QK_ERR_SHAPE, "%s: %s must be [..., %lld]", who, name, (long long)H);
     if (!qk_is_float_dtype(x->dtype))
@@ -141,9 +157,10 @@ const qk_mxfp8_linear_layer *qk_qwen35_text_mlp_down(const qk_qwen35_text_mlp *b
 static qk_status load_stacked(qk_qwen35_text_mlp *b, const qk_st_info *g, const qk_st_info *u,
                               const char *suffix, qk_dtype dt)
 {
-    const int64_t rows = g->shape[0], cols = g->shape[1];
-    const size_t half = (size_t)(rows * cols);
-    uint8_t *buf = malloc(2 * half);
+    const int64_t rows = g->shape[0], cols = g->shape[1];   /* [I, H] or [I, kb], checked */
+    size_t half, both;   /* both tensors are in the file: their bytes fit */
+    uint8_t *buf = qk_ckd_bytes2(rows, cols, 1, &half) && qk_ckd_bytes2(2, rows, (size_t)cols, &both)
+                       ? malloc(both) : NULL;
     if (!buf) return qk_fail(QK_ERR_NOMEM, "load %s.gate_up_proj: out of memory", b->mlp);
     memcpy(buf, g->data, half);
     memcpy(buf + half, u->data, half);
@@ -225,9 +242,9 @@ qk_status qk_qwen35_text_mlp_forward(const qk_qwen35_text_mlp *b, qk_backend be,
     if (st != QK_OK) return st;
     qk_tensor h, gu, a;
     void *mh = NULL, *mgu = NULL, *ma = NULL;
-    if ((st = scratch_like(x, b->c.hidden_size, &h, &mh)) == QK_OK &&
-        (st = scratch_like(x, 2 * b->c.intermediate_size, &gu, &mgu)) == QK_OK &&
-        (st = scratch_like(x, b->c.intermediate_size, &a, &ma)) == QK_OK &&
+    if ((st = scratch_like(who, x, b->c.hidden_size, &h, &mh)) == QK_OK &&
+        (st = scratch_like(who, x, 2 * b->c.intermediate_size, &gu, &mgu)) == QK_OK &&
+        (st = scratch_like(who, x, b->c.intermediate_size, &a, &ma)) == QK_OK &&
         (st = qk_norm_layer_forward_residual(b->norm, be, x, residual, &h, residual_out)) == QK_OK &&
         (st = qk_mxfp8_linear_layer_forward(b->gate_up, be, &h, &gu)) == QK_OK &&
         (st = qk_serve_silu_and_mul(&gu, &a)) == QK_OK)
@@ -332,7 +349,7 @@ qk_status qk_qwen35_vision_mlp_forward(const qk_qwen35_vision_mlp *b, qk_backend
     if (st != QK_OK) return st;
     qk_tensor t;
     void *mt = NULL;
-    if ((st = scratch_like(x, b->c.vision_intermediate_size, &t, &mt)) == QK_OK &&
+    if ((st = scratch_like(who, x, b->c.vision_intermediate_size, &t, &mt)) == QK_OK &&
         (st = qk_mxfp8_linear_layer_forward(b->fc1, be, x, &t)) == QK_OK &&
         (st = qk_serve_gelu_tanh(&t, &t)) == QK_OK)
         st = qk_mxfp8_linear_layer_forward(b->fc2, be, &t, out);

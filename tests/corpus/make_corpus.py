@@ -12,12 +12,15 @@ EXPECTED.txt has one case per line, tab-separated:
 PATH is relative to tests/corpus/safetensors/. CHECK is
     open                  qk_st_open(PATH)
     set                   qk_st_set_open(PATH, 0)
+    set_ext               qk_st_set_open(PATH, QK_ST_SET_ALLOW_EXTERNAL_SHARDS)
     ms                    qk_ms_open(PATH, 0)
+    ms_ext                qk_ms_open(PATH, QK_MS_ALLOW_EXTERNAL_SHARDS)
     load:PREFIX:K:N       qk_ms_open, then create_weights(PREFIX, K, N) and load of
                           .weight, .weight_scale (and .bias when the folder has one)
     post:PREFIX:K:N       the same, then the 0xFF check of process_weights_after_loading
                           (the step before qk_mx_weight_create)
     inspect               `qk inspect PATH`: EXPECT is the exit status
+    inspect_ext           `qk inspect --allow-external-shards PATH`, the same way
 EXPECT is a qk_status name (or an exit status for inspect), SUBSTRING a part of the
 message (or of the tool's output) that must appear, "-" for none.
 """
@@ -512,12 +515,160 @@ def modelslim_folders():
     expect("ms_corrupt_weights", "ms", E, "the header names no tensor but the data buffer holds 1 bytes")
 
 
+# ---------------------------------------------------------------- shard paths ----
+def link(target, *where):
+    """A relative symlink OUT/where -> target (committed as a link)."""
+    os.symlink(target, os.path.join(OUT, *where))
+
+
+def shard_path_cases():
+    """Shard names that escape the folder lexically (always refused) or through a symlink
+    (refused unless the caller opts in, as for a Hugging Face cache snapshot whose files link
+    into ../../blobs). The targets outside the folders lie in OUT/outside."""
+    E = "QK_ERR_FORMAT"
+    down = "model.layers.0.mlp.down_proj"
+    two = linear(down, 4, 80) + norm("model.norm.weight", 80)
+    split = [[down + ".weight"], [down + ".weight_scale", down + ".bias", "model.norm.weight"]]
+    s2 = "quant_model_weights-00002-of-00002.safetensors"
+    optin = "--allow-external-shards in qk, or QK_ST_SET_ALLOW_EXTERNAL_SHARDS / QK_MS_ALLOW_EXTERNAL_SHARDS, follows such links"
+    os.makedirs(os.path.join(OUT, "outside"))
+
+    # lexical escapes in the index: never followed, flag or not
+    for case, target in (("ms_shard_absolute_path", "/etc/passwd"),
+                         ("ms_shard_subdir_path", "sub/" + s2),
+                         ("ms_shard_dotdot", ".."),
+                         ("ms_shard_backslash", "..\\" + s2),
+                         ("ms_shard_empty_name", "")):
+        def point(wm, target=target):
+            wm[down + ".bias"] = target
+        ms_folder(case, two, shards=split, index_override=point)
+        want = 'weight_map entry "%s.bias" names "%s", which is not a plain file name' % (down, target)
+        expect(case, "ms", E, want)
+        expect(case, "ms_ext", E, want)
+        expect(case, "set_ext", E, want)
+    expect("ms_shard_absolute_path", "inspect_ext", 1, "which is not a plain file name")
+
+    # a shard that is a symlink out of the folder: its bytes moved to outside/
+    def escaping(case, real_name):
+        ms_folder(case, two, shards=split)
+        os.rename(os.path.join(OUT, case, s2), os.path.join(OUT, "outside", real_name))
+        link("../outside/" + real_name, case, s2)
+    escaping("ms_shard_symlink_escape", "ms_shard_symlink_escape-2.safetensors")
+    expect("ms_shard_symlink_escape", "ms", E, "ms_shard_symlink_escape/%s resolves outside the model folder" % s2)
+    expect("ms_shard_symlink_escape", "ms", E,
+           "../../blobs): to /")
+    expect("ms_shard_symlink_escape", "ms", E, "/outside/ms_shard_symlink_escape-2.safetensors")
+    expect("ms_shard_symlink_escape", "ms", E, "qk_st_set_open: shard ")
+    expect("ms_shard_symlink_escape", "ms", E, optin)
+    expect("ms_shard_symlink_escape", "set", E, "outside the model folder")
+    expect("ms_shard_symlink_escape", "ms_ext", "QK_OK", "-")
+    expect("ms_shard_symlink_escape", "set_ext", "QK_OK", "-")
+    expect("ms_shard_symlink_escape", "post_ext:%s:80:4" % down, "QK_OK", "-")
+    expect("ms_shard_symlink_escape", "inspect", 1, "outside the model folder")
+    expect("ms_shard_symlink_escape", "inspect", 1, "--allow-external-shards")
+    expect("ms_shard_symlink_escape", "inspect_ext", 0, "-")
+
+    # a symlink between files of the folder is fine
+    ms_folder("ms_shard_symlink_inside", two, shards=split)
+    os.rename(os.path.join(OUT, "ms_shard_symlink_inside", s2),
+              os.path.join(OUT, "ms_shard_symlink_inside", ".shard-2.data"))
+    link(".shard-2.data", "ms_shard_symlink_inside", s2)
+    expect("ms_shard_symlink_inside", "ms", "QK_OK", "-")
+    expect("ms_shard_symlink_inside", "post:%s:80:4" % down, "QK_OK", "-")
+    expect("ms_shard_symlink_inside", "inspect", 0, "-")
+    # so is a model folder reached through a symlink
+    link("ms_shards_ok", "ms_folder_is_symlink")
+    expect("ms_folder_is_symlink", "ms", "QK_OK", "-")
+    expect("ms_folder_is_symlink", "inspect", 0, "-")
+
+    # the single weights file and the description of a ModelSlim folder, linked out of it
+    ms_folder("ms_weights_symlink_escape", two)
+    os.rename(os.path.join(OUT, "ms_weights_symlink_escape", "quant_model_weights.safetensors"),
+              os.path.join(OUT, "outside", "ms_weights_symlink_escape.safetensors"))
+    link("../outside/ms_weights_symlink_escape.safetensors", "ms_weights_symlink_escape",
+         "quant_model_weights.safetensors")
+    expect("ms_weights_symlink_escape", "ms", E,
+           "qk_ms_open: weights file corpus/safetensors/ms_weights_symlink_escape/quant_model_weights.safetensors resolves outside the model folder")
+    expect("ms_weights_symlink_escape", "ms", E, optin)
+    expect("ms_weights_symlink_escape", "ms_ext", "QK_OK", "-")
+    ms_folder("ms_desc_symlink_escape", two)
+    os.rename(os.path.join(OUT, "ms_desc_symlink_escape", "quant_model_description.json"),
+              os.path.join(OUT, "outside", "ms_desc_symlink_escape.json"))
+    link("../outside/ms_desc_symlink_escape.json", "ms_desc_symlink_escape", "quant_model_description.json")
+    expect("ms_desc_symlink_escape", "ms", E,
+           "qk_ms_open: description corpus/safetensors/ms_desc_symlink_escape/quant_model_description.json resolves outside the model folder")
+    expect("ms_desc_symlink_escape", "ms_ext", "QK_OK", "-")
+    expect("ms_desc_symlink_escape", "inspect", 1, "outside the model folder")
+    expect("ms_desc_symlink_escape", "inspect_ext", 0, "-")
+
+    # links that lead nowhere, or around in a circle, or to a folder
+    ms_folder("ms_shard_dangling_symlink", two, shards=split)
+    os.remove(os.path.join(OUT, "ms_shard_dangling_symlink", s2))
+    link("../outside/no-such-file.safetensors", "ms_shard_dangling_symlink", s2)
+    expect("ms_shard_dangling_symlink", "ms", E, "to %s, which does not exist in" % s2)
+    expect("ms_shard_dangling_symlink", "ms_ext", E, "to %s, which does not exist in" % s2)
+    ms_folder("ms_shard_symlink_loop", two, shards=split)
+    os.remove(os.path.join(OUT, "ms_shard_symlink_loop", s2))
+    link(s2, "ms_shard_symlink_loop", s2)
+    expect("ms_shard_symlink_loop", "ms", "QK_ERR_IO",
+           "cannot resolve shard corpus/safetensors/ms_shard_symlink_loop/%s: Too many levels of symbolic links" % s2)
+    expect("ms_shard_symlink_loop", "ms_ext", "QK_ERR_IO",
+           "cannot open corpus/safetensors/ms_shard_symlink_loop/%s: Too many levels of symbolic links" % s2)
+    ms_folder("ms_shard_is_folder", two, shards=split)
+    os.remove(os.path.join(OUT, "ms_shard_is_folder", s2))
+    os.makedirs(os.path.join(OUT, "ms_shard_is_folder", s2))
+    with open(os.path.join(OUT, "ms_shard_is_folder", s2, "keep"), "w") as f:
+        f.write("a folder where a shard should be\n")
+    expect("ms_shard_is_folder", "ms", "QK_ERR_IO",
+           "ms_shard_is_folder/%s is a folder; a checkpoint file must be a regular file" % s2)
+
+    # a Hugging Face cache snapshot: every file is a link into ../../blobs
+    snap = os.path.join("hf_cache", "models--org--tiny", "snapshots", "0123abcd")
+    blobs = os.path.join(OUT, "hf_cache", "models--org--tiny", "blobs")
+    os.makedirs(os.path.join(OUT, snap))
+    os.makedirs(blobs)
+    hf = [("model.layers.0.mlp.down_proj.weight", "BF16", [4, 64], bf16_bytes(256)),
+          ("model.norm.weight", "BF16", [64], bf16_bytes(64))]
+    wm = {}
+    for i, t in enumerate(hf):
+        fn = "model-%05d-of-00002.safetensors" % (i + 1)
+        blob = "%040x" % (0xb10b0 + i)
+        with open(os.path.join(blobs, blob), "wb") as f:
+            f.write(st_bytes([t]))
+        link("../../blobs/" + blob, snap, fn)
+        wm[t[0]] = fn
+    with open(os.path.join(blobs, "%040x" % 0x1de0), "w") as f:
+        json.dump({"metadata": {"total_size": 640}, "weight_map": wm}, f, indent=2)
+    link("../../blobs/%040x" % 0x1de0, snap, "model.safetensors.index.json")
+    expect(snap, "set", E, "qk_st_set_open: index corpus/safetensors/%s/model.safetensors.index.json "
+           "resolves outside the model folder" % snap)
+    expect(snap, "set", E, optin)
+    expect(snap, "set", E, "as a Hugging Face cache snapshot's into ../../blobs): to /")
+    expect(snap, "set_ext", "QK_OK", "-")
+    expect(snap + "/model.safetensors.index.json", "set", E,
+           "qk_st_set_open: shard corpus/safetensors/%s/model-00001-of-00002.safetensors resolves outside the model folder" % snap)
+    expect(snap + "/model.safetensors.index.json", "set_ext", "QK_OK", "-")
+    expect(snap, "inspect", 1, "--allow-external-shards")
+    expect(snap, "inspect_ext", 0, "model.layers.0.mlp.down_proj.weight")
+    # a plain folder whose one .safetensors file links out of it
+    os.makedirs(os.path.join(OUT, "st_folder_symlink_escape"))
+    with open(os.path.join(OUT, "outside", "st_folder_symlink_escape.safetensors"), "wb") as f:
+        f.write(st_bytes([hf[1]]))
+    link("../outside/st_folder_symlink_escape.safetensors", "st_folder_symlink_escape", "model.safetensors")
+    expect("st_folder_symlink_escape", "set", E,
+           "qk_st_set_open: file corpus/safetensors/st_folder_symlink_escape/model.safetensors resolves outside the model folder")
+    expect("st_folder_symlink_escape", "set_ext", "QK_OK", "-")
+    # the file itself, named by the caller: no folder to escape
+    expect("st_folder_symlink_escape/model.safetensors", "set", "QK_OK", "-")
+
+
 def main():
     if os.path.isdir(OUT):
         shutil.rmtree(OUT)
     os.makedirs(OUT)
     single_files()
     modelslim_folders()
+    shard_path_cases()
     with open(os.path.join(OUT, "EXPECTED.txt"), "w") as f:
         f.write("# Generated by tests/corpus/make_corpus.py: PATH<TAB>CHECK<TAB>EXPECT<TAB>SUBSTRING\n"
                 "# (see that script for the meaning of each column)\n")

@@ -155,3 +155,166 @@ def test_demo_model_checks_tensors_before_allocating(tmp_path):
     assert qk("quantize", src, tmp_path / "q", "--quiet").returncode == 0
     r = qk("demo", "--model", tmp_path / "q", timeout=30)
     assert r.returncode == 1 and "has no model.layers.0.mlp.up_proj.weight" in r.stderr, r.stderr
+
+
+def test_sockets_and_devices_are_refused(tmp_path):
+    """Not only FIFOs: a socket cannot even be opened (ENXIO), a device would stream forever."""
+    import socket
+    d = tmp_path / "s"
+    d.mkdir()
+    sock = socket.socket(socket.AF_UNIX)
+    try:
+        sock.bind(str(d / "model.safetensors"))
+        for args in (("inspect", d), ("inspect", d / "model.safetensors"), ("quantize", d, tmp_path / "out")):
+            r = qk(*args, timeout=20)
+            assert r.returncode == 1, (args, r.stdout, r.stderr)
+            assert f"{d / 'model.safetensors'} is a socket; a checkpoint file must be a regular file" in \
+                r.stdout + r.stderr, (args, r.stdout, r.stderr)
+    finally:
+        sock.close()
+    for dev, kind in (("/dev/zero", "a character device"), ("/dev/null", "a character device")):
+        r = qk("inspect", dev, timeout=20)
+        assert r.returncode == 1 and f"{dev} is {kind}; a checkpoint file must be a regular file" in r.stdout, r.stdout
+        r = qk("quantize", dev, tmp_path / "out", "--quiet", timeout=20)
+        assert r.returncode == 1 and f"{dev} is {kind}" in r.stderr, r.stderr
+    assert not (tmp_path / "out").exists() and no_stage_left(tmp_path)
+
+
+def test_infinite_weights_are_refused_like_nan(tmp_path):
+    t = small()
+    t["model.layers.0.mlp.down_proj.weight"][1, 3] = float("-inf")
+    src = bf16_folder(tmp_path / "bf16", t)
+    r = qk("quantize", src, tmp_path / "out", "--quiet")
+    assert r.returncode == 1 and "model.layers.0.mlp.down_proj.weight has a NaN or Inf at [1, 3]" in r.stderr, r.stderr
+    assert not (tmp_path / "out").exists() and no_stage_left(tmp_path)
+
+
+def hf_snapshot(root, tensors_per_shard):
+    """A Hugging Face cache layout: snapshots/<rev>/ holds only links into ../../blobs."""
+    blobs, snap = root / "blobs", root / "snapshots" / "0123abcd"
+    blobs.mkdir(parents=True)
+    snap.mkdir(parents=True)
+    wm, n = {}, len(tensors_per_shard)
+    for i, ts in enumerate(tensors_per_shard):
+        name = f"model-{i + 1:05d}-of-{n:05d}.safetensors"
+        st_torch.save_file(ts, str(blobs / f"blob{i}"))
+        os.symlink(f"../../blobs/blob{i}", snap / name)
+        wm.update({k: name for k in ts})
+    (blobs / "index").write_text(json.dumps({"metadata": {}, "weight_map": wm}))
+    os.symlink("../../blobs/index", snap / "model.safetensors.index.json")
+    return snap
+
+
+def test_shards_resolving_outside_the_folder_need_the_opt_in(tmp_path):
+    t = small()
+    snap = hf_snapshot(tmp_path / "models--org--m", [{k: v} for k, v in t.items()])
+    real_index = os.path.realpath(snap / "model.safetensors.index.json")
+    for args in (("inspect", snap), ("quantize", snap, tmp_path / "out", "--quiet")):
+        r = qk(*args)
+        text = r.stdout + r.stderr
+        assert r.returncode == 1, (args, text)
+        assert f"qk_st_set_open: index {snap}/model.safetensors.index.json resolves outside the model folder" in text
+        assert "--allow-external-shards in qk" in text and f"): to {real_index}" in text, text
+    assert not (tmp_path / "out").exists() and no_stage_left(tmp_path)
+    # the index named directly: its first shard is the link that escapes
+    r = qk("inspect", snap / "model.safetensors.index.json")
+    assert r.returncode == 1 and f"shard {snap}/model-00001-of-00002.safetensors resolves outside" in r.stdout
+    assert f"): to {os.path.realpath(snap / 'model-00001-of-00002.safetensors')}" in r.stdout, r.stdout
+    r = qk("inspect", "--allow-external-shards", snap)
+    assert r.returncode == 0 and "model.layers.0.mlp.down_proj.weight" in r.stdout, r.stdout + r.stderr
+    # a ModelSlim folder with one shard linked out of it: refused by qk demo --model too
+    assert qk("quantize", bf16_folder(tmp_path / "bf16", small(64, 96)), tmp_path / "q", "--quiet",
+              "--shard-size", "4KB").returncode == 0
+    q = tmp_path / "q"
+    shard = sorted(f for f in os.listdir(q) if f.endswith(".safetensors"))[-1]
+    os.rename(q / shard, tmp_path / "elsewhere.safetensors")
+    os.symlink("../elsewhere.safetensors", q / shard)
+    r = qk("demo", "--model", q, timeout=60)
+    assert r.returncode == 1 and f"shard {q}/{shard} resolves outside the model folder" in r.stderr, r.stderr
+    assert f"): to {tmp_path}/elsewhere.safetensors" in r.stderr, r.stderr
+    assert qk("inspect", q).returncode == 1 and qk("inspect", "--allow-external-shards", q).returncode == 0
+
+
+def test_lexical_escapes_in_the_index_are_always_refused(tmp_path):
+    src = bf16_folder(tmp_path / "bf16", small())
+    os.rename(src / "model.safetensors", src / "model-00001-of-00001.safetensors")
+    for target in ("../bf16/model-00001-of-00001.safetensors", str(src / "model-00001-of-00001.safetensors")):
+        wm = {k: "model-00001-of-00001.safetensors" for k in small()}
+        wm["model.layers.0.mlp.down_proj.weight"] = target
+        (src / "model.safetensors.index.json").write_text(json.dumps({"weight_map": wm}))
+        want = f'weight_map entry "model.layers.0.mlp.down_proj.weight" names "{target}", which is not a plain file name'
+        for args in (("inspect", src), ("inspect", "--allow-external-shards", src),
+                     ("quantize", src, tmp_path / "out", "--quiet")):
+            r = qk(*args)
+            assert r.returncode == 1 and want in r.stdout + r.stderr, (args, r.stdout, r.stderr)
+    assert not (tmp_path / "out").exists() and no_stage_left(tmp_path)
+
+
+def fsize_limited(limit):
+    import resource
+    import signal
+
+    def pre():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # write() fails with EFBIG instead
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return pre
+
+
+def test_a_failed_write_leaves_nothing_that_inspect_accepts(tmp_path):
+    """The file-size limit makes a write fail: in the weights (limit below their size), or after
+    them, copying a config.json larger than the limit."""
+    src = bf16_folder(tmp_path / "bf16", small(256, 1024))
+    keep = tmp_path / "keep"
+    keep.mkdir()
+    (keep / "notes.txt").write_text("mine")
+    for limit, extra in ((100_000, None), (400_000, "x" * 500_000)):
+        if extra:
+            (src / "config.json").write_text(json.dumps({"architectures": ["X"], "pad": extra}))
+        for out, more in ((tmp_path / "out", ()), (keep, ("--force",))):
+            r = subprocess.run([QK, "quantize", str(src), str(out), "--quiet", *more], capture_output=True,
+                               text=True, timeout=60, preexec_fn=fsize_limited(limit))
+            what = "config.json" if extra else "quant_model_weights.safetensors"
+            assert r.returncode == 1 and f"/{what} failed: File too large" in r.stderr, (limit, r.stderr)
+            assert sorted(os.listdir(keep)) == ["notes.txt"] and no_stage_left(tmp_path) and no_stage_left(keep)
+            assert not (tmp_path / "out").exists()
+    assert qk("inspect", keep).returncode == 1
+
+
+def test_permission_denied_is_said(tmp_path):
+    """A folder or shard that cannot be read: "permission denied", not "missing". As root the
+    tool runs as nobody (root reads mode-000 files)."""
+    import tempfile
+    base = tempfile.mkdtemp(prefix="qk_perm_", dir="/tmp")   # outside pytest's 0700 tmp
+    try:
+        os.chmod(base, 0o755)
+        ms = os.path.join(base, "ms")
+        assert qk("quantize", bf16_folder(tmp_path / "bf16", small()), ms, "--quiet").returncode == 0
+        for root, dirs, files in os.walk(base):
+            for x in dirs:
+                os.chmod(os.path.join(root, x), 0o755)
+            for x in files:
+                os.chmod(os.path.join(root, x), 0o644)
+        pre = None
+        if os.geteuid() == 0:
+            def pre():
+                os.setgid(65534)
+                os.setuid(65534)
+
+        def run(*args):
+            return subprocess.run([QK, *map(str, args)], capture_output=True, text=True, timeout=60, preexec_fn=pre)
+        weights = os.path.join(ms, "quant_model_weights.safetensors")
+        os.chmod(weights, 0)
+        r = run("inspect", ms)
+        assert r.returncode == 1 and f"cannot open {weights}: permission denied" in r.stdout, r.stdout + r.stderr
+        os.chmod(weights, 0o644)
+        os.chmod(ms, 0)
+        r = run("demo", "--model", ms)
+        assert r.returncode == 1 and f"cannot look into {ms}: permission denied" in r.stderr, r.stderr
+        assert "has no quant_model_description.json" not in r.stderr
+    finally:
+        for root, dirs, _ in os.walk(base):
+            for x in dirs:
+                os.chmod(os.path.join(root, x), 0o755)
+        os.chmod(os.path.join(base, "ms"), 0o755) if os.path.exists(os.path.join(base, "ms")) else None
+        import shutil
+        shutil.rmtree(base, ignore_errors=True)

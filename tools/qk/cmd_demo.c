@@ -656,7 +656,7 @@ static bool check_mlp_tensors(const qk_st_set *s, const qk_qwen35_config *c, boo
 
 static int usage(FILE *f)
 {
-    fprintf(f, "usage: qk demo [--model DIR] [--tokens N] [--quick] [--keep]\n"
+    fprintf(f, "usage: qk demo [--model DIR] [--allow-external-shards] [--tokens N] [--quick] [--keep]\n"
                "  (no arguments)  build deterministic BF16 Qwen3.5-0.8B MLP weights (text MLP half:\n"
                "                  hidden 1024, intermediate 3584; vision MLP 1152/4304), quantize them\n"
                "                  with qk quantize into a ModelSlim W8A8_MXFP8 folder, load it through\n"
@@ -664,6 +664,8 @@ static int usage(FILE *f)
                "                  check every layer; exit 1 when a check fails\n"
                "  --model DIR     the same on a ModelSlim folder with Qwen3.5 layer names (the model\n"
                "                  the checks use is then its own dequantized weights)\n"
+               "  --allow-external-shards  read --model's files that link out of DIR (a Hugging\n"
+               "                  Face cache snapshot); refused by default\n"
                "  --tokens N      batch size (default 16)\n"
                "  --quick         4 tokens, one timed call per layer (for tests)\n"
                "  --keep          keep the temporary folder\n"
@@ -678,13 +680,14 @@ int qk_cmd_demo(int argc, char **argv)
     memset(&d, 0, sizeof d);
     d.M = 16;
     d.reps = 7;
-    bool keep = false;
+    bool keep = false, external = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) return usage(stdout);
         if (!strcmp(argv[i], "--model") && i + 1 < argc) model_dir = argv[++i];
         else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) d.M = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--quick")) { d.M = 4; d.reps = 1; }
         else if (!strcmp(argv[i], "--keep")) keep = true;
+        else if (!strcmp(argv[i], "--allow-external-shards")) external = true;
         else { fprintf(stderr, "qk demo: unknown option '%s'\n", argv[i]); return usage(stderr); }
     }
     if (d.M < 1 || d.M > 4096) { fprintf(stderr, "qk demo: --tokens takes 1..4096\n"); return 2; }
@@ -751,7 +754,7 @@ int qk_cmd_demo(int argc, char **argv)
 
     /* 3. load through the layers' life cycle */
     double t0 = qkb_now();
-    if (qk_ms_open(model_dir, 0, &ms) != QK_OK) {
+    if (qk_ms_open(model_dir, external ? QK_MS_ALLOW_EXTERNAL_SHARDS : 0, &ms) != QK_OK) {
         fprintf(stderr, "qk demo: %s\n", qk_last_error());
         goto done;
     }

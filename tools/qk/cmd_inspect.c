@@ -264,9 +264,11 @@ static const char *human(uint64_t n, char *buf, size_t len)
 
 static int usage(FILE *f)
 {
-    fprintf(f, "usage: qk inspect PATH [--json]\n"
+    fprintf(f, "usage: qk inspect PATH [--json] [--allow-external-shards]\n"
                "  PATH: a .safetensors file, an index .json, or a folder (ModelSlim W8A8_MXFP8\n"
                "  export or a folder with one index or one .safetensors file)\n"
+               "  --allow-external-shards: follow shard symlinks that resolve outside the folder\n"
+               "  (a Hugging Face cache snapshot); refused by default\n"
                "  exit status: 0 no problem, 1 problems found (or PATH unreadable), 2 usage\n");
     return f == stderr ? 2 : 0;
 }
@@ -274,9 +276,10 @@ static int usage(FILE *f)
 int qk_cmd_inspect(int argc, char **argv)
 {
     const char *path = NULL;
-    bool as_json = false;
+    bool as_json = false, external = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) as_json = true;
+        else if (!strcmp(argv[i], "--allow-external-shards")) external = true;
         else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) return usage(stdout);
         else if (argv[i][0] == '-' && argv[i][1]) {
             fprintf(stderr, "qk inspect: unknown option %s\n", argv[i]);
@@ -297,14 +300,15 @@ int qk_cmd_inspect(int argc, char **argv)
     bool is_ms = stat(path, &sb) == 0 && S_ISDIR(sb.st_mode) && stat(descpath, &sb) == 0;
     qk_status st;
     if (is_ms) {
-        st = qk_ms_open(path, QK_MS_LENIENT, &ms);
+        st = qk_ms_open(path, QK_MS_LENIENT | (external ? QK_MS_ALLOW_EXTERNAL_SHARDS : 0u), &ms);
         if (st == QK_OK) {
             set = qk_ms_tensors(ms);
             desc = qk_ms_description(ms);
             for (size_t i = 0; i < qk_ms_problem_count(ms); i++) sl_add(&problems, "%s", qk_ms_problem(ms, i));
         }
     } else {
-        st = qk_st_set_open(path, QK_ST_SET_LENIENT, &own);
+        st = qk_st_set_open(path, QK_ST_SET_LENIENT | (external ? QK_ST_SET_ALLOW_EXTERNAL_SHARDS : 0u),
+                            &own);
         if (st == QK_OK) {
             set = own;
             for (size_t i = 0; i < qk_st_set_problem_count(own); i++)

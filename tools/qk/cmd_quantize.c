@@ -38,6 +38,8 @@ static int usage(FILE *f)
             "  --force                   replace existing output files (never the input)\n"
             "  --quiet                   no progress bar\n"
             "  --allow-nonfinite         quantize weights holding NaN/Inf (refused by default)\n"
+            "  --allow-external-shards   read input shards linking out of IN's folder (a Hugging\n"
+            "                            Face cache snapshot); refused by default\n"
             "Beside the weights it copies the input folder's config.json (without\n"
             "quantization_config), generation_config.json, tokenizer and processor files, *.py,\n"
             "*.txt and *.jinja, so that the output folder is servable as it stands.\n"
@@ -99,7 +101,7 @@ int qk_cmd_quantize(int argc, char **argv)
     const qk_ms_quantize_options defaults = qk_ms_quantize_defaults();
     qk_mx_options opt = defaults.mx;
     uint64_t shard_size = defaults.shard_size;
-    bool force = false, quiet = false, allow_nonfinite = false;
+    bool force = false, quiet = false, allow_nonfinite = false, allow_external = false;
     selection sel = {calloc((size_t)argc, sizeof(regex_t)), calloc((size_t)argc, sizeof(regex_t)), 0, 0};
     int rc = 2;
     if (!sel.inc || !sel.exc) goto done;
@@ -109,6 +111,7 @@ int qk_cmd_quantize(int argc, char **argv)
         if (!strcmp(a, "--force")) { force = true; continue; }
         if (!strcmp(a, "--quiet")) { quiet = true; continue; }
         if (!strcmp(a, "--allow-nonfinite")) { allow_nonfinite = true; continue; }
+        if (!strcmp(a, "--allow-external-shards")) { allow_external = true; continue; }
         if (!strncmp(a, "--scale-rule", 12)) {
             v = opt_value(argc, argv, &i, "--scale-rule");
             if (v && !strcmp(v, "floor")) opt.scale_rule = QK_MX_SCALE_FLOOR;
@@ -168,6 +171,7 @@ int qk_cmd_quantize(int argc, char **argv)
     o.nexclude = sel.nexc;
     o.force = force;
     o.allow_nonfinite = allow_nonfinite;
+    o.allow_external_shards = allow_external;
     o.progress = !quiet && isatty(STDERR_FILENO);
     qk_ms_quantize_report rep;
     if (qk_modelslim_quantize(in, out, &o, &rep) != QK_OK) {

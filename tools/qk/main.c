@@ -11,7 +11,7 @@ static const struct {
 } commands[] = {
     {"info", qk_cmd_info, "version, target, CPU features, op -> provider"},
     {"bench", qk_cmd_bench, "norm|linear|quant|all [--json FILE] [--plot FILE.svg]"},
-    {"inspect", qk_cmd_inspect, "PATH [--json]: tensors, MXFP8 linears, checkpoint problems"},
+    {"inspect", qk_cmd_inspect, "PATH [--json] [--allow-external-shards]: tensors, MXFP8 linears, problems"},
     {"quantize", qk_cmd_quantize, "IN OUT_DIR [options]: write a ModelSlim W8A8_MXFP8 folder"},
     {"demo", qk_cmd_demo, "[--model DIR]: Qwen3.5 MLP blocks from a ModelSlim folder, checked"},
 };
