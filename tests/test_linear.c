@@ -478,7 +478,7 @@ static void test_linear_fold_spans(void)
                             const int e = (k / 32 + m) % 2 ? hi - xs : hi;
                             tset(&x.t, m, k, (k / 32 == 3 && m % 3 == 0) ? 0.0 : ldexp(qk_rand_normal(&rng), e));
                         }
-                    uint8_t *qx = malloc((size_t)(M * K)), *sx = malloc((size_t)(M * kb));
+                    uint8_t *qx = malloc((size_t)M * (size_t)K), *sx = malloc((size_t)M * (size_t)kb);
                     quantize_x(&x, M, K, qx, sx);
                     qk_status st = qk_mxfp8_linear(&x.t, mw, NULL, &o.t);
                     CHECK(st == QK_OK, "%s: %s", p->name, qk_last_error());

@@ -9,7 +9,10 @@ set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
 set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)
 set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE ONLY)
 set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE ONLY)
-set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64 -L /usr/aarch64-linux-gnu)
+# Programs run against Debian's multiarch arm64 libraries (libc6:arm64, libgomp1:arm64,
+# libjansson4:arm64 under /lib/aarch64-linux-gnu), hence -L /: with the cross sysroot's older
+# libc (2.36-8cross1) every program that starts a second thread hangs under qemu-user 7.2.
+set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64 -L /)
 # arm64 jansson (libjansson-dev:arm64) through pkg-config
 set(ENV{PKG_CONFIG_LIBDIR} /usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgconfig)
 set(ENV{PKG_CONFIG_SYSROOT_DIR} /)

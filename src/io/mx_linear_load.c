@@ -315,7 +315,7 @@ qk_status qk_mx_linear_pad_input(const qk_mx_linear *l, const qk_tensor *x, qk_t
     if (q->k > 1 && x->stride[nd - 1] != 1)
         return qk_fail(QK_ERR_LAYOUT, "linear " QK_NAME_FMT ": x's last dim must be contiguous",
                        l->prefix);
-    int64_t rows;   /* the dims passed qk_check_tensor: their product fits int64 */
+    int64_t rows = 0;   /* the dims passed qk_check_tensor: their product fits int64 */
     (void)qk_ckd_numel(x->shape, nd - 1, &rows);
     const int64_t w = q->pad + q->k;
     const size_t es = qk_dtype_size(x->dtype);
@@ -466,7 +466,7 @@ qk_status qk_mx_linear_process_weights_after_loading(qk_mx_linear *l, unsigned f
     const qk_tp_part *q = &l->part;
     if (!l->loaded_w)
         return qk_fail(QK_ERR_FORMAT, "%s: \"%.160s.weight\" was never loaded", who, l->prefix);
-    size_t sbytes;   /* allocated by create_weights, so it fits */
+    size_t sbytes = 0;   /* allocated by create_weights, so it fits */
     (void)qk_ckd_bytes2(q->n, q->kb, 1, &sbytes);
     const uint8_t *ff = memchr(l->s, 0xFF, sbytes);
     if (ff) {
