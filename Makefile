@@ -18,7 +18,7 @@ CROSS_ARCHS := $(filter-out $(HOST_ARCH),$(basename $(notdir $(wildcard cmake/to
 TEST_COMPILERS := gcc clang
 APT_PACKAGES := cmake make gcc clang libomp-dev libclang-rt-dev pkg-config libjansson-dev python3 python3-pip python3-venv python3-dev
 # cross builds for arm on an x86 host: Debian's gcc, the arm64 jansson (multiarch) and qemu-user
-CROSS_APT_arm := gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user libjansson-dev:arm64 libgomp1:arm64
+CROSS_APT_arm := gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user libjansson-dev:arm64 libgomp1:arm64 libubsan1:arm64
 # torch from PyPI (with its CUDA libraries) installs in about 2 minutes on a fresh machine
 PIP_PACKAGES := numpy ml_dtypes safetensors pytest torch scikit-build-core
 PYVENV := build/pyvenv
