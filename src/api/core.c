@@ -1,6 +1,7 @@
 /* Library core: errors (thread-local last error), dtypes, tensor descriptors and their
  * geometry, version/target/provider queries, the once-only CPU check, thread count. */
 #include "internal.h"
+#include "api/ckd.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -133,9 +134,10 @@ const char *qk_shape_str(const qk_tensor *t, char *buf, size_t n)
 
 int64_t qk_tensor_rows(const qk_tensor *t)
 {
-    int64_t r = 1;
-    for (int32_t d = 0; d + 1 < t->ndim; d++) r *= t->shape[d];
-    return r;
+    /* callers pass tensors qk_check_tensor accepted (the product fits int64); on any other it
+       saturates instead of overflowing */
+    int64_t r;
+    return qk_ckd_numel(t->shape, t->ndim - 1, &r) ? r : INT64_MAX;
 }
 
 void qk_tensor_extent(const qk_tensor *t, uintptr_t *lo, uintptr_t *hi)

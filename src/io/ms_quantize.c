@@ -327,7 +327,7 @@ static bool servable_name(const char *n)
    check_only: refuse existing outputs (as for the weights) and copy nothing. Nothing is
    copied when out is src itself. */
 static int copy_servable_files(const char *src, const char *out, const file_id *ids, size_t nin,
-                               bool force, bool check_only)
+                               bool force, bool check_only, bool allow_external)
 {
     char rs[PATH_MAX], ro[PATH_MAX];
     if (realpath(src, rs) && realpath(out, ro) && !strcmp(rs, ro)) return 0;
@@ -340,8 +340,23 @@ static int copy_servable_files(const char *src, const char *out, const file_id *
         snprintf(sp, sizeof sp, "%s/%s", src, e->d_name);
         snprintf(dp, sizeof dp, "%s/%s", out, e->d_name);
         struct stat sb;
-        if (stat(sp, &sb) != 0 || !S_ISREG(sb.st_mode)) continue;
+        if (stat(sp, &sb) != 0 || S_ISDIR(sb.st_mode)) continue; /* a folder is not a file to copy */
         if (check_only) {
+            /* a servable file the output would lack, or one from outside the folder, is refused
+               before anything is written: a FIFO, socket or device, or a link out */
+            if (!S_ISREG(sb.st_mode)) {
+                qmsg(QK_ERR_IO, "%s: not a regular file (%s); the output needs the model's servable "
+                        "files copied", sp, qk_io_file_kind(sb.st_mode));
+                err = 1;
+                continue;
+            }
+            char *real = NULL;
+            if (qk_io_check_inside("qk quantize", src, sp, "file", allow_external, &real) != QK_OK) {
+                qmsg_keep();
+                err = 1;
+                continue;
+            }
+            free(real);
             err = check_output(dp, ids, nin, force);
             continue;
         }
@@ -550,8 +565,15 @@ qk_status qk_modelslim_quantize(const char *in, const char *out, const qk_ms_qua
         } else {
             remove_stale_stages(parent);
             if (!sibling) remove_stale_stages(out);
-            snprintf(stage, sizeof stage, "%s/" STAGE_PREFIX "%ld.XXXXXX", parent, (long)getpid());
-            if (!mkdtemp(stage)) {
+            /* mkdir, not mkdtemp: the folder renamed into place gets the umask's mode, as any
+               folder the user makes (mkdtemp's is 0700) */
+            int made = -1;
+            for (unsigned k = 0; made != 0 && k < 1000; k++) {
+                snprintf(stage, sizeof stage, "%s/" STAGE_PREFIX "%ld.%u", parent, (long)getpid(), k);
+                made = mkdir(stage, 0777);
+                if (made != 0 && errno != EEXIST) break;
+            }
+            if (made != 0) {
                 qmsg(QK_ERR_IO, "cannot create a staging folder in %s: %s", parent,
                         strerror(errno));
                 stage[0] = 0;
@@ -576,7 +598,7 @@ qk_status qk_modelslim_quantize(const char *in, const char *out, const qk_ms_qua
                  (nf > 1 && check_output(indexpath, ids, nin, force))))
         err = 1;
     char *src_dir = err ? NULL : input_folder(in);
-    if (!err && src_dir && copy_servable_files(src_dir, out, ids, nin, force, true) != 0) err = 1;
+    if (!err && src_dir && copy_servable_files(src_dir, out, ids, nin, force, true, o->allow_external_shards) != 0) err = 1;
 
     progress pg = {o->progress, 0, 0, 0};
     for (size_t i = 0; i < nt; i++) {
@@ -681,7 +703,7 @@ qk_status qk_modelslim_quantize(const char *in, const char *out, const qk_ms_qua
         free(text);
         json_decref(idx);
     }
-    if (!err && src_dir && copy_servable_files(src_dir, stage, ids, nin, false, false) != 0) err = 1;
+    if (!err && src_dir && copy_servable_files(src_dir, stage, ids, nin, false, false, true) != 0) err = 1;
     if (!err) {
         char *text = json_dumps(desc, JSON_INDENT(2));
         if (!text || qk_write_file_atomic(sdesc, text, strlen(text), 0) != QK_OK) {

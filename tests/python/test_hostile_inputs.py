@@ -318,3 +318,38 @@ def test_permission_denied_is_said(tmp_path):
         os.chmod(os.path.join(base, "ms"), 0o755) if os.path.exists(os.path.join(base, "ms")) else None
         import shutil
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_quantize_companion_files_fifo_and_links_out(tmp_path):
+    """The files copied beside the weights (tokenizer, configs) meet the weights' rules: a
+    FIFO among them is refused (the output would lack it), a link out of the folder is refused
+    unless --allow-external-shards; either way before anything is written."""
+    src = bf16_folder(tmp_path / "bf16", small())
+    os.mkfifo(src / "tokenizer.json")
+    r = qk("quantize", src, tmp_path / "out", "--quiet", timeout=20)
+    assert r.returncode == 1, r.stderr
+    assert f"{src}/tokenizer.json: not a regular file (a FIFO)" in r.stderr, r.stderr
+    assert not (tmp_path / "out").exists() and no_stage_left(tmp_path)
+    os.unlink(src / "tokenizer.json")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not the model's")
+    os.symlink(secret, src / "notes.txt")
+    r = qk("quantize", src, tmp_path / "out", "--quiet")
+    assert r.returncode == 1 and "notes.txt resolves outside the model folder" in r.stderr, r.stderr
+    assert not (tmp_path / "out").exists() and no_stage_left(tmp_path)
+    r = qk("quantize", src, tmp_path / "out", "--quiet", "--allow-external-shards")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "out" / "notes.txt").read_text() == "not the model's"
+
+
+def test_quantize_output_folder_gets_the_umask_mode(tmp_path):
+    """The output folder is staged and renamed into place; it gets the mode any folder the user
+    makes gets (0777 & ~umask), not a temporary folder's 0700."""
+    src = bf16_folder(tmp_path / "bf16", small())
+    old = os.umask(0o022)
+    try:
+        r = qk("quantize", src, tmp_path / "out", "--quiet")
+    finally:
+        os.umask(old)
+    assert r.returncode == 0, r.stderr
+    assert (os.stat(tmp_path / "out").st_mode & 0o777) == 0o755
