@@ -8,12 +8,13 @@ import subprocess
 import sys
 import xml.dom.minidom
 
-qk, out_dir = sys.argv[1], sys.argv[2]
+# check_bench_smoke.py OUT_DIR [EMULATOR...] QK: a cross build runs qk under its emulator
+out_dir, qk = sys.argv[1], sys.argv[2:]
 js, svg = os.path.join(out_dir, "bench_smoke.json"), os.path.join(out_dir, "bench_smoke.svg")
 for f in (js, svg):
     if os.path.exists(f):
         os.remove(f)
-r = subprocess.run([qk, "bench", "norm", "--quick", "--json", js, "--plot", svg],
+r = subprocess.run([*qk, "bench", "norm", "--quick", "--json", js, "--plot", svg],
                    capture_output=True, text=True)
 sys.stdout.write(r.stdout)
 sys.stderr.write(r.stderr)

@@ -40,6 +40,16 @@ static inline void mxo_build_table(fmt *f)
     }
 }
 
+/* 2^n for n in [-1022, 1023], exactly, from its bits (ldexp per element is most of the
+   oracle's time under qemu's soft-float; test_mx_formats checks it against ldexp) */
+static inline double mxo_pow2(int n)
+{
+    const uint64_t u = (uint64_t)(n + 1023) << 52;
+    double v;
+    memcpy(&v, &u, 8);
+    return v;
+}
+
 static inline const fmt *fmt_of(qk_dtype dt) { return dt == QK_DTYPE_F8_E5M2 ? &E5M2 : &E4M3; }
 
 /* nearest code of finite v: search, ties per mode, saturating, sign kept */
@@ -91,7 +101,7 @@ static inline double mxo_round_ieee(double v, int mbits, int emin, double maxf)
 static inline double mxo_dequant(const fmt *f, int code, int b, qk_dtype odt)
 {
     if (b == 0xff || isnan(f->table[code])) return NAN;
-    double v = (double)(float)(f->table[code] * ldexp(1.0, b - 127)); /* the f32 product */
+    double v = (double)(float)(f->table[code] * mxo_pow2(b - 127)); /* the f32 product */
     if (odt == QK_DTYPE_BF16) v = mxo_round_ieee(v, 7, -126, 0x1.fep127);
     if (odt == QK_DTYPE_F16) v = mxo_round_ieee(v, 10, -14, 65504.0);
     return v;
@@ -132,7 +142,7 @@ static inline int mxo_scale_x(double amax, qk_mx_scale_rule rule, const fmt *f, 
     const float inv = f->dt == QK_DTYPE_F8_E5M2 ? (float)(1.0 / 57344.0) : INV448;
     const float d = (float)(amax * (double)inv); /* exact product, one rounding */
     for (int b = 0; b < 255; b++)
-        if (ldexp(1.0, b - 127) >= d) return b;
+        if (mxo_pow2(b - 127) >= d) return b;
     return 254;
 }
 
@@ -157,9 +167,10 @@ static inline void mxo_quantize_row(const void *x, qk_dtype xdt, int64_t K, cons
         const int b = mxo_scale_x(amax, o->scale_rule, f, xdt);
         scale[j] = (uint8_t)b;
         const int nan_block = isnan(amax);
+        const double inv = mxo_pow2(127 - b); /* x * 2^(127-b) is exact in double */
         for (int64_t i = 0; i < n; i++)
             q[k0 + i] = nan_block ? (o->scale_rule == QK_MX_SCALE_MODELSLIM ? 0xff : 0x7f)
-                                  : (uint8_t)mxo_encode(f, ldexp(mxo_load(x, xdt, k0 + i), 127 - b), o->round);
+                                  : (uint8_t)mxo_encode(f, mxo_load(x, xdt, k0 + i) * inv, o->round);
     }
 }
 

@@ -18,18 +18,39 @@ static inline tfmt tfmt_of(qk_dtype d)
     return d == QK_DTYPE_F16 ? f16 : d == QK_DTYPE_BF16 ? bf16 : f32;
 }
 
+/* 2^n for n in [-1022, 1023], exactly, from its bits (ldexp is most of the tests' time under
+   qemu's soft-float) */
+static inline double t_pow2(int n)
+{
+    uint64_t u = (uint64_t)(n + 1023) << 52;
+    double v;
+    memcpy(&v, &u, 8);
+    return v;
+}
+
+/* e with |v| in [2^(e-1), 2^e) for finite v != 0, as frexp's, from the bits where v is a
+   normal double */
+static inline int t_exponent(double v)
+{
+    uint64_t u;
+    memcpy(&u, &v, 8);
+    int field = (int)((u >> 52) & 0x7ff), e;
+    if (field) return field - 1022;
+    frexp(v, &e);
+    return e;
+}
+
 /* v rounded to the format with round-to-nearest-even (overflow -> inf). */
 static inline double t_round(double v, qk_dtype d)
 {
     if (isnan(v) || isinf(v) || v == 0) return v;
     tfmt f = tfmt_of(d);
-    int e;
-    frexp(fabs(v), &e);           /* |v| in [2^(e-1), 2^e) */
+    int e = t_exponent(v);        /* |v| in [2^(e-1), 2^e) */
     int ue = e - 1;               /* unbiased exponent */
     if (ue < f.emin) ue = f.emin; /* subnormal: fixed step */
-    double step = ldexp(1.0, ue - (f.mant - 1));
+    double step = t_pow2(ue - (f.mant - 1));
     double q = nearbyint(v / step) * step; /* default rounding mode: nearest-even */
-    double maxv = ldexp(2.0 - ldexp(1.0, 1 - f.mant), f.emax);
+    double maxv = (2.0 - t_pow2(1 - f.mant)) * t_pow2(f.emax);
     if (fabs(q) > maxv) return copysign(INFINITY, v);
     return q;
 }
@@ -48,7 +69,7 @@ static inline uint32_t t_encode(double v, qk_dtype d)
     if (isinf(v)) return s | 0x7c00u;
     double a = fabs(v);
     if (a == 0) return s;
-    if (a < ldexp(1.0, -14)) return s | (uint32_t)(a / ldexp(1.0, -24));
+    if (a < t_pow2(-14)) return s | (uint32_t)(a / t_pow2(-24));
     int e;
     double m = frexp(a, &e); /* a = m 2^e, m in [0.5, 1) */
     return s | ((uint32_t)(e - 1 + 15) << 10) | ((uint32_t)((m * 2 - 1) * 1024) & 0x3ffu);
@@ -61,8 +82,8 @@ static inline double t_decode(uint32_t b, qk_dtype d)
     double s = (b & 0x8000u) ? -1 : 1;
     uint32_t e = (b >> 10) & 0x1f, m = b & 0x3ff;
     if (e == 31) return m ? NAN : s * INFINITY;
-    if (e == 0) return s * ldexp((double)m, -24);
-    return s * ldexp(1.0 + m / 1024.0, (int)e - 15);
+    if (e == 0) return s * (double)m * t_pow2(-24);
+    return s * (1.0 + m / 1024.0) * t_pow2((int)e - 15);
 }
 
 /* Position of a code on the number line (monotonic in value; +0 and -0 both at 0). */
@@ -97,8 +118,8 @@ static inline int t_within_bound(uint32_t got, double exact, qk_dtype d)
     if (isnan(g) || isinf(g)) return 0;
     if (d == QK_DTYPE_F32) {
         double err = fabs(g - exact);
-        if (err <= ldexp(fabs(exact), -19)) return 1;
-        return fabs(exact) < ldexp(1.0, -126) && err <= ldexp(1.0, -140);
+        if (err <= fabs(exact) * t_pow2(-19)) return 1;
+        return fabs(exact) < t_pow2(-126) && err <= t_pow2(-140);
     }
     double rn = t_round(exact, d);
     if (isinf(rn)) return isinf(g) && g == rn ? 1 : fabs(g) == ldexp(2.0 - ldexp(1.0, 1 - tfmt_of(d).mant), tfmt_of(d).emax);

@@ -461,6 +461,22 @@ static void test_row_bits_independent_of_batch(void)
     }
 }
 
+/* The oracle's own bit-level helpers agree with libm's ldexp/frexp (they replace them for
+   speed under qemu), over every exponent they are used at and random values of every scale. */
+static void test_oracle_pow2_and_exponent(void)
+{
+    for (int n = -1022; n <= 1023; n++)
+        CHECK(t_pow2(n) == ldexp(1.0, n), "t_pow2(%d) = %a", n, t_pow2(n));
+    uint64_t rng = 99;
+    for (int i = 0; i < 100000; i++) {
+        double v = qk_rand_normal(&rng) * ldexp(1.0, (int)(qk_rand_u64(&rng) % 2100) - 1070);
+        int e;
+        if (v == 0 || !isfinite(v)) continue; /* (t_exponent is for finite v != 0) */
+        frexp(v, &e);
+        CHECK(t_exponent(v) == e, "t_exponent(%a) = %d, frexp says %d", v, t_exponent(v), e);
+    }
+}
+
 int main(void)
 {
     qk_test_require_cpu("test_norm");
@@ -468,6 +484,7 @@ int main(void)
         printf("qk_init: %s\n", qk_last_error());
         return 1;
     }
+    RUN(test_oracle_pow2_and_exponent);
     RUN(test_rms_norm);
     RUN(test_long_rows_nonzero_mean);
     RUN(test_gemma_rms_norm);
