@@ -38,15 +38,20 @@ deps:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
 
+# (the package list is expanded by make, per architecture, before the shell runs)
+CROSS_APT := $(foreach a,$(CROSS_ARCHS),$(CROSS_APT_$(a)))
 cross-deps: deps
-	@for a in $(CROSS_ARCHS); do pk="$(CROSS_APT_$(a))"; missing=""; \
-	  for p in $$pk; do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; done; \
-	  if [ -n "$$missing" ]; then \
-	    echo "make: installing for the $$a cross build:$$missing"; \
-	    SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	    case "$$missing" in *:arm64*) $$SUDO dpkg --add-architecture arm64;; esac; \
-	    $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
-	  fi; done
+	@missing=""; for p in $(CROSS_APT); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "make: installing for the cross builds ($(CROSS_ARCHS)):$$missing"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  case "$$missing" in *:arm64*) $$SUDO dpkg --add-architecture arm64;; esac; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+	@for a in $(CROSS_ARCHS); do command -v $$(sed -n 's/^set(CMAKE_C_COMPILER \([^ )]*\).*/\1/p' cmake/toolchains/$$a.cmake) >/dev/null || \
+	  { echo "make: the $$a cross compiler named in cmake/toolchains/$$a.cmake is not on PATH after set-up" >&2; exit 1; }; done
 
 pydeps: deps
 	@python3 -c "import numpy, ml_dtypes, safetensors, pytest, torch, scikit_build_core" 2>/dev/null || \
