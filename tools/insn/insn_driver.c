@@ -137,25 +137,25 @@ static qk_tensor make_zero(qk_dtype dt, int64_t rows, int64_t cols)
     return qk_tensor_make(xalloc((size_t)(rows * cols) * qk_dtype_size(dt)), dt, 2, shape);
 }
 
-/* Valid E4M3 codes (never 0x7F/0xFF) and E8M0 scales near 2^0. */
-static qk_tensor make_e4m3(int64_t rows, int64_t cols)
+/* Codes and scales as a checkpoint has them: BF16 values of a bell-shaped spread (the sum of
+   four uniforms, as weights are near-normal) quantized by qk_mx_quantize with the defaults.
+   Uniformly random codes would put an E4M3 subnormal (1 in 16 codes) in nearly every block,
+   which real weights have in few (|w| below 2^-14 of its block's maximum), and so would
+   count the kernels' rare exact-decode paths instead of their main ones. */
+static void make_weights(int64_t rows, int64_t cols, qk_tensor *q, qk_tensor *scale)
 {
-    qk_tensor t = make_zero(QK_DTYPE_F8_E4M3, rows, cols);
-    unsigned char *p = t.data;
-    for (int64_t i = 0; i < rows * cols; i++) {
-        unsigned c = (unsigned)(rnd_unit() * 254.0);     /* 0 .. 253 */
-        if ((c & 0x7F) == 0x7F) c ^= 1u;
-        p[i] = (unsigned char)c;
+    int64_t shape[2] = {rows, cols};
+    uint16_t *v = xalloc((size_t)(rows * cols) * 2);
+    for (int64_t i = 0; i < rows * cols; i++)
+        v[i] = to_bf16((float)(0.02 * (rnd_unit() + rnd_unit() + rnd_unit() + rnd_unit() - 2.0)));
+    qk_tensor x = qk_tensor_make(v, QK_DTYPE_BF16, 2, shape);
+    *q = make_zero(QK_DTYPE_F8_E4M3, rows, cols);
+    *scale = make_zero(QK_DTYPE_E8M0, rows, (cols + 31) / 32);
+    if (qk_mx_quantize(&x, NULL, q, scale) != QK_OK) {
+        fprintf(stderr, "insn_driver: qk_mx_quantize: %s\n", qk_last_error());
+        exit(3);
     }
-    return t;
-}
-
-static qk_tensor make_e8m0(int64_t rows, int64_t cols)
-{
-    qk_tensor t = make_zero(QK_DTYPE_E8M0, rows, cols);
-    unsigned char *p = t.data;
-    for (int64_t i = 0; i < rows * cols; i++) p[i] = (unsigned char)(120 + (int)(rnd_unit() * 8));
-    return t;
+    free(v);
 }
 
 static int parse_dtype(const char *s, qk_dtype *dt)
@@ -223,13 +223,12 @@ int main(int argc, char **argv)
         snprintf(shape, sizeof shape, "%" PRId64 "x%" PRId64, d0, d1);
         elements = d0 * d1;
         unit = j.k == K_QUANT ? "element quantized (rows*K)" : "element dequantized (rows*K)";
-        j.scale = j.k == K_QUANT ? make_zero(QK_DTYPE_E8M0, d0, (d1 + 31) / 32)
-                                 : make_e8m0(d0, (d1 + 31) / 32);
         if (j.k == K_QUANT) {
+            j.scale = make_zero(QK_DTYPE_E8M0, d0, (d1 + 31) / 32);
             j.x = make_filled(dt, d0, d1, 0.01, 4.0);
             j.q = make_zero(QK_DTYPE_F8_E4M3, d0, d1);
         } else {
-            j.q = make_e4m3(d0, d1);
+            make_weights(d0, d1, &j.q, &j.scale);
             j.out = make_zero(dt, d0, d1);
         }
         break;
@@ -239,7 +238,8 @@ int main(int argc, char **argv)
         unit = "MAC (M*N*K)";
         j.x = make_filled(dt, d0, d2, 0.01, 4.0);
         j.out = make_zero(dt, d0, d1);
-        qk_tensor wq = make_e4m3(d1, d2), ws = make_e8m0(d1, (d2 + 31) / 32);
+        qk_tensor wq, ws;
+        make_weights(d1, d2, &wq, &ws);
         if (qk_mx_weight_create(&wq, &ws, &j.mw) != QK_OK) {
             fprintf(stderr, "insn_driver: qk_mx_weight_create: %s\n", qk_last_error());
             return 3;

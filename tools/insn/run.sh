@@ -63,6 +63,10 @@ rms_norm_gated bf16 4 5120
 mx_quantize bf16 4 5120
 mx_dequantize bf16 4 5120
 mxfp8_linear bf16 1 128 1024
+mxfp8_linear bf16 2 128 1024
+mxfp8_linear bf16 4 128 1024
+mxfp8_linear bf16 8 128 1024
+mxfp8_linear bf16 16 128 1024
 mxfp8_linear bf16 16 64 1024'
 if [ -n "$KERNELS_FILE" ]; then kernels=$(grep -v '^\s*\(#\|$\)' "$KERNELS_FILE"); else kernels=$default_kernels; fi
 
