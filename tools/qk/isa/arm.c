@@ -82,6 +82,7 @@ int64_t qkb_isa_f32_to_f16(const float *a, uint16_t *o, int64_t i, int64_t e)
 
 /* ---- the peak: 16 independent accumulator chains (latency 4 x up to 4 SIMD pipes) ---- */
 #define PEAK_CHAINS 16
+#define PEAK_EACH(F) F(0) F(1) F(2) F(3) F(4) F(5) F(6) F(7) F(8) F(9) F(10) F(11) F(12) F(13) F(14) F(15)
 static volatile float peak_sink;
 #if defined(__ARM_FEATURE_BF16_VECTOR_ARITHMETIC)
 const char *const qkb_isa_peak_name = "bfdot";
@@ -107,17 +108,18 @@ static inline float32x4_t peak_step(float32x4_t acc, float32x4_t a, float32x4_t 
     const float32x4_t a = vdupq_n_f32(0.999f), b = vdupq_n_f32(0.5f);
 #endif
 
+/* the chains are named variables, not an array, so they stay in registers (see x86.c) */
+#define PEAK_DECL(i) float32x4_t acc##i = vdupq_n_f32((float)(i));
+#define PEAK_STEP(i) acc##i = peak_step(acc##i, a, b); __asm__ volatile("" : "+w"(acc##i));
+#define PEAK_SUM(i) s += vaddvq_f32(acc##i);
 void qkb_isa_peak_run(int64_t iters)
 {
     PEAK_OPERANDS
-    float32x4_t acc[PEAK_CHAINS];
-    for (int i = 0; i < PEAK_CHAINS; i++) acc[i] = vdupq_n_f32((float)i);
-    for (int64_t it = 0; it < iters; it++)
-        for (int i = 0; i < PEAK_CHAINS; i++) {
-            acc[i] = peak_step(acc[i], a, b);
-            __asm__ volatile("" : "+w"(acc[i])); /* each step happens */
-        }
+    PEAK_EACH(PEAK_DECL)
+    for (int64_t it = 0; it < iters; it++) {
+        PEAK_EACH(PEAK_STEP) /* each step happens */
+    }
     float s = 0;
-    for (int i = 0; i < PEAK_CHAINS; i++) s += vaddvq_f32(acc[i]);
+    PEAK_EACH(PEAK_SUM)
     peak_sink = s;
 }
