@@ -325,6 +325,69 @@ static void test_gemma_offset_in_f32(void)
     }
 }
 
+/* Add forms on rows so small that the sum of squares of s = rnd(x + residual) is below 2^-60
+   (where the BF16 dot-product sums are redone in the generic code, which must sum s, not
+   x), eps = 0 so r depends on it: single rows and pipelined ones, every tail. */
+static void test_add_tiny_rows(void)
+{
+    static const int64_t Ht[] = {1, 31, 32, 33, 127, 128, 129, 300, 4304};
+    static const qk_dtype dts[2] = {QK_DTYPE_BF16, QK_DTYPE_F32};
+    static const qk_norm_kind kinds[2] = {QK_NORM_ADD_RMS, QK_NORM_ADD_GEMMA};
+    for (int pi = 0; qk_all_providers[pi]; pi++) {
+        const qk_provider_set *p = qk_all_providers[pi];
+        if (!provider_runs(p) || !p->ops.norm[QK_NORM_ADD_GEMMA].fn) continue;
+        for (int d = 0; d < 2; d++)
+            for (int ki = 0; ki < 2; ki++)
+                for (int hi = 0; hi < (int)(sizeof Ht / sizeof Ht[0]); hi++)
+                    for (int64_t rows = 1; rows <= 3; rows += 2) {
+                        const qk_dtype dt = dts[d];
+                        const qk_norm_kind kind = kinds[ki];
+                        const int64_t H = Ht[hi], n = rows * H, es = (int64_t)t_size(dt);
+                        uint64_t rng = 101 + (uint64_t)(hi * 4 + ki * 2 + d);
+                        unsigned char *x = malloc((size_t)(n * es)), *res = malloc((size_t)(n * es));
+                        unsigned char *o = malloc((size_t)(n * es)), *ro = malloc((size_t)(n * es));
+                        uint16_t *w = malloc((size_t)H * 2);
+                        for (int64_t i = 0; i < n; i++) {
+                            t_store_bits(x, dt, i, t_encode(t_round(qk_rand_normal(&rng) * 0x1p-40, dt), dt));
+                            t_store_bits(res, dt, i, t_encode(t_round(qk_rand_normal(&rng) * 0x1p-40, dt), dt));
+                        }
+                        for (int64_t k = 0; k < H; k++)
+                            w[k] = (uint16_t)t_encode(t_round(qk_rand_normal(&rng) * 0.1, QK_DTYPE_BF16),
+                                                      QK_DTYPE_BF16);
+                        int64_t sh[2] = {rows, H};
+                        qk_tensor xt = qk_tensor_make(x, dt, 2, sh), rt = qk_tensor_make(res, dt, 2, sh);
+                        qk_tensor wt = qk_tensor_make(w, QK_DTYPE_BF16, 1, &H);
+                        qk_tensor ot = qk_tensor_make(o, dt, 2, sh), rot = qk_tensor_make(ro, dt, 2, sh);
+                        CHECK(qk_norm_run(kind, &p->ops.norm[kind], &xt, &wt, &rt, 0.0f, &ot, &rot) == QK_OK,
+                              "%s: %s", p->name, qk_last_error());
+                        long bad = 0, badres = 0;
+                        for (int64_t i = 0; i < rows; i++) {
+                            double ss = 0;
+                            for (int64_t k = 0; k < H; k++) {
+                                const int64_t e = i * H + k;
+                                double v = t_round((double)((float)t_decode(t_load_bits(x, dt, e), dt) +
+                                                            (float)t_decode(t_load_bits(res, dt, e), dt)), dt);
+                                if (t_load_bits(ro, dt, e) != t_encode(v, dt)) badres++;
+                                ss += v * v;
+                            }
+                            const double r = 1.0 / sqrt(ss / (double)H);
+                            for (int64_t k = 0; k < H; k++) {
+                                const int64_t e = i * H + k;
+                                double wv = t_decode(w[k], QK_DTYPE_BF16);
+                                if (kind == QK_NORM_ADD_GEMMA) wv += 1.0;
+                                if (!t_within_bound(t_load_bits(o, dt, e), t_decode(t_load_bits(ro, dt, e), dt) * r * wv, dt))
+                                    bad++;
+                            }
+                        }
+                        CHECK(bad == 0 && badres == 0, "%s %s x=%s H=%lld rows=%lld, |x| ~ 2^-40: %ld "
+                              "elements out of bound, %ld residual_out elements wrong", p->name,
+                              qk_norm_op_name(kind), qk_dtype_name(dt), (long long)H, (long long)rows,
+                              bad, badres);
+                        free(x); free(res); free(o); free(ro); free(w);
+                    }
+    }
+}
+
 /* NaN/Inf in one row leave the other rows exactly as computed without them. */
 static void test_nonfinite_rows_isolated(void)
 {
@@ -495,5 +558,6 @@ int main(void)
     RUN(test_gemma_offset_in_f32);
     RUN(test_nonfinite_rows_isolated);
     RUN(test_row_bits_independent_of_batch);
+    RUN(test_add_tiny_rows);
     return qk_test_finish();
 }

@@ -140,18 +140,6 @@ int64_t qk_tensor_rows(const qk_tensor *t)
     return qk_ckd_numel(t->shape, t->ndim - 1, &r) ? r : INT64_MAX;
 }
 
-void qk_tensor_extent(const qk_tensor *t, uintptr_t *lo, uintptr_t *hi)
-{
-    intptr_t es = (intptr_t)qk_dtype_bytes(t->dtype), mn = 0, mx = 0;
-    for (int32_t d = 0; d < t->ndim; d++) {
-        if (t->shape[d] <= 0) { *lo = *hi = (uintptr_t)t->data; return; }
-        intptr_t span = (intptr_t)(t->shape[d] - 1) * (intptr_t)t->stride[d];
-        if (span < 0) mn += span; else mx += span;
-    }
-    *lo = (uintptr_t)t->data + (uintptr_t)(mn * es);
-    *hi = (uintptr_t)t->data + (uintptr_t)((mx + 1) * es);
-}
-
 bool qk_tensor_same(const qk_tensor *a, const qk_tensor *b)
 {
     if (a->data != b->data || a->ndim != b->ndim || a->dtype != b->dtype) return false;

@@ -159,10 +159,10 @@ qk_status qk_mxfp8_linear(const qk_tensor *x, const qk_mx_weight *w, const qk_te
     c.xdt = x->dtype;
     c.odt = out->dtype;
     c.x = (const char *)x->data;
-    c.xr = qk_rows_of(x);
+    qk_rows_set(&c.xr, x);
     c.bias = bias ? (const float *)bias->data : NULL;
     c.out = (char *)out->data;
-    c.outr = qk_rows_of(out);
+    qk_rows_set(&c.outr, out);
     if ((st = w->impl->run(&c)) != QK_OK)
         return qk_fail(st, "%s: out of memory for the call's scratch (M = %lld, K = %lld)", fn,
                        (long long)M, (long long)K);

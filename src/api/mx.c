@@ -151,11 +151,11 @@ qk_status qk_mx_quantize_with(const qk_mx_quantize_impl *impl, const qk_tensor *
     j.xdt = x->dtype;
     j.K = x->shape[x->ndim - 1];
     j.x = (const char *)x->data;
-    j.xr = qk_rows_of(x);
+    qk_rows_set(&j.xr, x);
     j.q = (char *)q->data;
-    j.qr = qk_rows_of(q);
+    qk_rows_set(&j.qr, q);
     j.s = (char *)scale->data;
-    j.sr = qk_rows_of(scale);
+    qk_rows_set(&j.sr, scale);
     const int64_t per_row = j.K * (int64_t)(qk_dtype_size(x->dtype) + 1) + blocks_of(j.K);
     qk_parallel_for(rows, per_row, QK_MX_MIN_PARALLEL_BYTES, quant_range, &j);
     return QK_OK;
@@ -218,11 +218,11 @@ qk_status qk_mx_dequantize(const qk_tensor *q, const qk_tensor *scale, qk_tensor
     j.odt = out->dtype;
     j.K = q->shape[q->ndim - 1];
     j.q = (const char *)q->data;
-    j.qr = qk_rows_of(q);
+    qk_rows_set(&j.qr, q);
     j.s = (const char *)scale->data;
-    j.sr = qk_rows_of(scale);
+    qk_rows_set(&j.sr, scale);
     j.out = (char *)out->data;
-    j.outr = qk_rows_of(out);
+    qk_rows_set(&j.outr, out);
     const int64_t per_row = j.K * (int64_t)(qk_dtype_size(out->dtype) + 1) + blocks_of(j.K);
     qk_parallel_for(rows, per_row, QK_MX_MIN_PARALLEL_BYTES, dequant_range, &j);
     return QK_OK;
@@ -291,9 +291,9 @@ qk_status qk_mx_pack_scale_pairs(const qk_tensor *scale, qk_tensor *packed)
     memset(&j, 0, sizeof j);
     j.kb = kb;
     j.s = (const char *)scale->data;
-    j.sr = qk_rows_of(scale);
+    qk_rows_set(&j.sr, scale);
     j.p = (char *)packed->data;
-    j.pr = qk_rows_of(&pv);
+    qk_rows_set(&j.pr, &pv);
     qk_parallel_for(rows, 2 * kb + 1, QK_MX_MIN_PARALLEL_BYTES, pack_range, &j);
     return QK_OK;
 }

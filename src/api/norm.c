@@ -165,20 +165,20 @@ qk_status qk_norm_run(qk_norm_kind kind, const qk_norm_impl *impl, const qk_tens
     c.xdt = x->dtype;
     c.wdt = weight->dtype;
     c.x = (const char *)x->data;
-    c.xr = qk_rows_of(x);
+    qk_rows_set(&c.xr, x);
     c.w = weight->data;
     c.out = (char *)out->data;
-    c.outr = qk_rows_of(out);
+    qk_rows_set(&c.outr, out);
     int64_t streams = 2; /* x in, out */
     if (add) {
         c.res = (const char *)extra->data;
-        c.rr = qk_rows_of(extra);
+        qk_rows_set(&c.rr, extra);
         c.res_out = (char *)out2->data;
-        c.ror = qk_rows_of(out2);
+        qk_rows_set(&c.ror, out2);
         streams = 4;
     } else if (gated) {
         c.gate = (const char *)extra->data;
-        c.gr = qk_rows_of(extra);
+        qk_rows_set(&c.gr, extra);
         c.gdt = extra->dtype;
         streams = 3;
     } else if (want_rstd) {
@@ -192,7 +192,7 @@ qk_status qk_norm_run(qk_norm_kind kind, const qk_norm_impl *impl, const qk_tens
             r.ndim = 2; r.shape[0] = 1; r.shape[1] = 1; r.stride[1] = 1;
         }
         c.rstd = (char *)out2->data;
-        c.rsr = qk_rows_of(&r);
+        qk_rows_set(&c.rsr, &r);
     }
     struct norm_job job = {impl->fn, &c};
     qk_parallel_for(rows, streams * H * (int64_t)qk_dtype_size(x->dtype), impl->min_parallel_bytes,

@@ -79,7 +79,9 @@ static qk_status run(const char *fn, bool gelu, const qk_tensor *in, qk_tensor *
                        gelu ? " (only exactly in place is allowed)" : "");
     const int64_t rows = qk_tensor_rows(in);
     if (rows == 0) return QK_OK;
-    act_job j = {gelu, I, in->dtype, in->data, qk_rows_of(in), out->data, qk_rows_of(out)};
+    act_job j = {.gelu = gelu, .I = I, .dt = in->dtype, .in = in->data, .out = out->data};
+    qk_rows_set(&j.ir, in);
+    qk_rows_set(&j.orr, out);
     qk_parallel_for(rows, qk_sat_mul_i64(L, (int64_t)qk_dtype_size(in->dtype) * 8), 1 << 16, act_range, &j);
     return QK_OK;
 }

@@ -163,21 +163,6 @@ static inline double sq_final(const sq_state *s, const uint16_t *x, int64_t H,
     return ss < 0x1p-60 ? generic(x, H) : ss;
 }
 
-static inline double vsumsq_bf16_dp(const uint16_t *x, int64_t H,
-                                    double (*generic)(const uint16_t *, int64_t), float *xmin)
-{
-    sq_state s;
-    sq_init(&s);
-    int64_t k = 0;
-    for (; k + 128 <= H; k += 128)
-        sq_block128(&s, _mm512_loadu_si512((const void *)(x + k)),
-                    _mm512_loadu_si512((const void *)(x + k + 32)),
-                    _mm512_loadu_si512((const void *)(x + k + 64)),
-                    _mm512_loadu_si512((const void *)(x + k + 96)));
-    for (; k < H; k += 32) sq_chunk32(&s, _mm512_maskz_loadu_epi16(sq_mask(H - k), x + k));
-    return sq_final(&s, x, H, generic, xmin);
-}
-
 /* 32 elements of rnd(x + res) packed as BF16 (what vst2_bf16 stores), stored to ro; n < 32
    stores and returns only the first n (the rest zero). */
 static inline __m512i vadd_pack_bf16(const uint16_t *x, const uint16_t *res, uint16_t *ro)
@@ -207,7 +192,41 @@ static inline __m512i vadd_pack_bf16_n(const uint16_t *x, const uint16_t *res, u
     _mm512_mask_storeu_epi16(ro, sq_mask(n), u);
     return u;
 }
+/* The sum of squares of x, or (res != NULL) of rnd(x + res), which it stores to ro as it
+   goes: the add forms' pass 0 and pass 1 in one stream, the same sums either way. */
+static inline double vsumsq_bf16_dp_add(const uint16_t *x, const uint16_t *res, uint16_t *ro,
+                                        int64_t H, double (*generic)(const uint16_t *, int64_t),
+                                        float *xmin)
+{
+    sq_state s;
+    sq_init(&s);
+    int64_t k = 0;
+    if (res) {
+        for (; k + 128 <= H; k += 128)
+            sq_block128(&s, vadd_pack_bf16(x + k, res + k, ro + k),
+                        vadd_pack_bf16(x + k + 32, res + k + 32, ro + k + 32),
+                        vadd_pack_bf16(x + k + 64, res + k + 64, ro + k + 64),
+                        vadd_pack_bf16(x + k + 96, res + k + 96, ro + k + 96));
+        for (; k < H; k += 32)
+            sq_chunk32(&s, H - k >= 32 ? vadd_pack_bf16(x + k, res + k, ro + k)
+                                       : vadd_pack_bf16_n(x + k, res + k, ro + k, H - k));
+        return sq_final(&s, ro, H, generic, xmin);
+    }
+    for (; k + 128 <= H; k += 128)
+        sq_block128(&s, _mm512_loadu_si512((const void *)(x + k)),
+                    _mm512_loadu_si512((const void *)(x + k + 32)),
+                    _mm512_loadu_si512((const void *)(x + k + 64)),
+                    _mm512_loadu_si512((const void *)(x + k + 96)));
+    for (; k < H; k += 32) sq_chunk32(&s, _mm512_maskz_loadu_epi16(sq_mask(H - k), x + k));
+    return sq_final(&s, x, H, generic, xmin);
+}
+static inline double vsumsq_bf16_dp(const uint16_t *x, int64_t H,
+                                    double (*generic)(const uint16_t *, int64_t), float *xmin)
+{
+    return vsumsq_bf16_dp_add(x, NULL, NULL, H, generic, xmin);
+}
 #define VEC_SUMSQ_BF16 vsumsq_bf16_dp
+#define VEC_ADD_SUMSQ_BF16 vsumsq_bf16_dp_add
 
 /* BF16 rows as even/odd halves: 32 BF16 values load as the f32 vectors of their even and
    odd elements with lane-local shifts (no widening shuffle), and store back with one
