@@ -1,11 +1,12 @@
-/* Argument checks shared by the API entry points (see check.h). */
+/* Argument checks shared by the API entry points (see check.h): the complete checks, which
+ * check.h's inline fast paths call for any input they cannot pass at a glance. */
 #include "api/check.h"
 #include "api/ckd.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 
-qk_status qk_check_tensor(const char *fn, const char *name, const qk_tensor *t)
+qk_status qk_check_tensor_full(const char *fn, const char *name, const qk_tensor *t)
 {
     if (!t) return qk_fail(QK_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, name);
     if (t->ndim < 1 || t->ndim > QK_MAX_DIMS)
@@ -50,7 +51,7 @@ bool qk_tensor_has_elements(const qk_tensor *t)
     return true;
 }
 
-qk_status qk_check_data(const char *fn, const char *name, const qk_tensor *t)
+qk_status qk_check_data_full(const char *fn, const char *name, const qk_tensor *t)
 {
     if (qk_tensor_has_elements(t) && !t->data)
         return qk_fail(QK_ERR_INVALID_ARGUMENT, "%s: %s->data is NULL", fn, name);
@@ -65,7 +66,7 @@ qk_status qk_check_dtype(const char *fn, const char *name, const qk_tensor *t, q
     return QK_OK;
 }
 
-qk_status qk_check_float_dtype(const char *fn, const char *name, const qk_tensor *t)
+qk_status qk_check_float_dtype_full(const char *fn, const char *name, const qk_tensor *t)
 {
     if (!qk_is_float_dtype(t->dtype))
         return qk_fail(QK_ERR_DTYPE, "%s: %s has dtype %s; expected F32, F16 or BF16", fn, name,
@@ -73,7 +74,7 @@ qk_status qk_check_float_dtype(const char *fn, const char *name, const qk_tensor
     return QK_OK;
 }
 
-qk_status qk_check_last_contiguous(const char *fn, const char *name, const qk_tensor *t)
+qk_status qk_check_last_contiguous_full(const char *fn, const char *name, const qk_tensor *t)
 {
     const int32_t d = t->ndim - 1;
     if (t->shape[d] > 1 && t->stride[d] != 1)
@@ -85,7 +86,7 @@ qk_status qk_check_last_contiguous(const char *fn, const char *name, const qk_te
 /* |s|, with INT64_MIN (which has no llabs) as INT64_MAX */
 static int64_t qk_abs_sat(int64_t s) { return s == INT64_MIN ? INT64_MAX : llabs(s); }
 
-qk_status qk_check_no_self_overlap(const char *fn, const char *name, const qk_tensor *t)
+qk_status qk_check_no_self_overlap_full(const char *fn, const char *name, const qk_tensor *t)
 {
     /* Sufficient: ordered by |stride|, each dim's stride covers the extent of those inside. */
     int idx[QK_MAX_DIMS], n = 0;
@@ -111,7 +112,7 @@ qk_status qk_check_no_self_overlap(const char *fn, const char *name, const qk_te
     return QK_OK;
 }
 
-qk_status qk_check_disjoint_extents(const char *fn, const char *an, qk_extent a, const char *bn,
+qk_status qk_check_disjoint_extents_full(const char *fn, const char *an, qk_extent a, const char *bn,
                                     qk_extent b)
 {
     if (qk_extents_overlap(a, b))
