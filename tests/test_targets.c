@@ -3,6 +3,7 @@
  * naming the missing feature and the target to rebuild with (feature query faked). */
 #include "harness.h"
 #include "internal.h"
+#include "qk_target_needs.h"
 
 #include <stdlib.h>
 
@@ -121,22 +122,24 @@ static void test_info_strings(void)
     CHECK(sscanf(qk_version(), "%d.%d.%d", &a, &b, &c) == 3, "version '%s'", qk_version());
 }
 
-/* The best target a CPU runs, stated independently of src/cpu per architecture. */
-static const char *expected_best(unsigned have)
-{
+/* The existing targets' CPUs, stated independently of the fragments: feature sets and the
+   target each must get (a target added later needs more features, so it changes none). */
+static const struct { unsigned have; const char *best; } known_cpus[] = {
+    {0, "generic"},
 #if defined(__x86_64__)
-    const unsigned v3 = QK_CPU_AVX2 | QK_CPU_FMA | QK_CPU_F16C;
-    const unsigned v4 = v3 | QK_CPU_AVX512F | QK_CPU_AVX512BW | QK_CPU_AVX512VL |
-                        QK_CPU_AVX512DQ | QK_CPU_AVX512BF16;
-    return (have & v4) == v4 ? "x86-64-v4" : (have & v3) == v3 ? "x86-64-v3" : "generic";
+    {QK_CPU_AVX2 | QK_CPU_FMA, "generic"},
+    {QK_CPU_AVX2 | QK_CPU_FMA | QK_CPU_F16C, "x86-64-v3"},
+    {QK_CPU_AVX2 | QK_CPU_FMA | QK_CPU_F16C | QK_CPU_AVX512F | QK_CPU_AVX512BW | QK_CPU_AVX512VL |
+         QK_CPU_AVX512DQ, "x86-64-v3"},
+    {QK_CPU_AVX2 | QK_CPU_FMA | QK_CPU_F16C | QK_CPU_AVX512F | QK_CPU_AVX512BW | QK_CPU_AVX512VL |
+         QK_CPU_AVX512DQ | QK_CPU_AVX512BF16, "x86-64-v4"},
+    {QK_CPU_AVX512F | QK_CPU_AVX512BW | QK_CPU_AVX512VL | QK_CPU_AVX512DQ | QK_CPU_AVX512BF16, "generic"},
 #elif defined(__aarch64__)
-    if (!(have & QK_CPU_NEON)) return "generic";
-    return (have & QK_CPU_ARM_BF16) ? "aarch64-bf16" : "aarch64";
-#else
-    (void)have;
-    return "generic";
+    {QK_CPU_ARM_BF16, "generic"},
+    {QK_CPU_NEON, "aarch64"},
+    {QK_CPU_NEON | QK_CPU_ARM_BF16, "aarch64-bf16"},
 #endif
-}
+};
 
 static unsigned no_features(void) { return 0; }
 
@@ -196,7 +199,7 @@ static void test_real_cpu_is_checked(void)
             CHECK(strstr(m, qk_cpu_feature_name(bit)) != NULL, "message does not name %s: %s",
                   qk_cpu_feature_name(bit), m);
     char alt[64];
-    snprintf(alt, sizeof alt, "-DQK_TARGET=%s", expected_best(have));
+    snprintf(alt, sizeof alt, "-DQK_TARGET=%s", qk_cpu_best_target(have));
     CHECK(strstr(m, alt) != NULL, "message does not advise %s: %s", alt, m);
     /* every op refuses, writing nothing, and keeps refusing */
     int64_t H = 4;
@@ -210,19 +213,43 @@ static void test_real_cpu_is_checked(void)
     for (size_t i = 0; i < sizeof out; i++) CHECK(o[i] == 0x5A, "output written");
 }
 
+/* The target choice: the CPUs of known_cpus get their targets; for every subset of the
+   architecture's named features, the chosen target is one the fragments list (or generic),
+   runs on it, and no listed target it runs needs more; the built target's fragment
+   declares exactly the features its providers need (QK_TEST_NEEDS against the table). */
 static void test_best_target_per_cpu(void)
 {
-    /* every subset of the architecture's known bits (those with a name) */
+    static const struct { const char *name; unsigned needs; } targets[] = {QK_CPU_TARGET_LIST{0, 0}};
+    for (size_t i = 0; i < sizeof known_cpus / sizeof known_cpus[0]; i++)
+        CHECK(!strcmp(qk_cpu_best_target(known_cpus[i].have), known_cpus[i].best),
+              "features %#x: best %s, want %s", known_cpus[i].have,
+              qk_cpu_best_target(known_cpus[i].have), known_cpus[i].best);
     unsigned known = 0;
     for (unsigned bit = 1; bit; bit <<= 1)
         if (strcmp(qk_cpu_feature_name(bit), "?")) known |= bit;
     for (unsigned sub = known;; sub = (sub - 1) & known) {
-        CHECK(!strcmp(qk_cpu_best_target(sub), expected_best(sub)), "features %#x: best %s, want %s",
-              sub, qk_cpu_best_target(sub), expected_best(sub));
+        const char *b = qk_cpu_best_target(sub);
+        int found = !strcmp(b, "generic"), most = 0, chosen = 0;
+        for (int i = 0; targets[i].name; i++) {
+            CHECK((targets[i].needs & ~known) == 0, "target %s needs a feature without a name",
+                  targets[i].name);
+            if ((targets[i].needs & ~sub) == 0 && __builtin_popcount(targets[i].needs) > most)
+                most = __builtin_popcount(targets[i].needs);
+            if (!strcmp(b, targets[i].name)) {
+                found = 1;
+                chosen = __builtin_popcount(targets[i].needs);
+                CHECK((targets[i].needs & ~sub) == 0, "features %#x: best %s needs %#x", sub, b,
+                      targets[i].needs);
+            }
+        }
+        CHECK(found, "features %#x: best %s is not a target of this architecture", sub, b);
+        CHECK(chosen == most, "features %#x: %s chosen, but a target needing %d features runs", sub,
+              b, most);
         if (!sub) break;
     }
-    CHECK(!strcmp(qk_cpu_best_target(qk_cpu_query_host()), expected_best(qk_cpu_query_host())),
-          "this CPU");
+    CHECK(qk_target_table_built.cpu_features == (unsigned)QK_TARGET_NEEDS_DECLARED,
+          "target %s: its fragment declares CPU features %#x (QK_TARGET_NEEDS), its providers need %#x",
+          qk_target_table_built.name, (unsigned)QK_TARGET_NEEDS_DECLARED, qk_target_table_built.cpu_features);
 }
 
 static unsigned fake_have;
@@ -245,7 +272,7 @@ static void test_one_feature_short_names_it(void)
     qk_test_reset_init();
     qk_status st = qk_init();
     char alt[64];
-    snprintf(alt, sizeof alt, "-DQK_TARGET=%s", expected_best(fake_have));
+    snprintf(alt, sizeof alt, "-DQK_TARGET=%s", qk_cpu_best_target(fake_have));
     CHECK(st == QK_ERR_CPU && strstr(qk_last_error(), qk_cpu_feature_name(top)) &&
           strstr(qk_last_error(), alt), "want %s and %s: %s", qk_cpu_feature_name(top), alt,
           qk_last_error());

@@ -1,6 +1,7 @@
 # Target aarch64-bf16 (Armv8.6-A: FEAT_BF16's BFDOT/BFMMLA; table: src/targets/aarch64-bf16.c):
 # the aarch64 providers plus neon-bf16.
 set(QK_TARGET_ARCH arm)
+set(QK_TARGET_NEEDS NEON ARM_BF16)
 include(${CMAKE_CURRENT_LIST_DIR}/aarch64.cmake)
 set(QK_FLAGS_NEON_BF16 -march=armv8.2-a+bf16)
 qk_provider(neon_bf16 src/arm/neon_bf16 ${QK_FLAGS_NEON_BF16})

@@ -1,5 +1,5 @@
-/* CPU features on aarch64 Linux: the kernel's HWCAP / HWCAP2 words (getauxval), and the
- * aarch64 targets a CPU runs (generic < aarch64 < aarch64-bf16). Compiled into aarch64
+/* CPU features on aarch64 Linux: the kernel's HWCAP / HWCAP2 words (getauxval), and their
+ * names; the best target is chosen from the arm fragments' declared needs (cpu.h). Compiled into aarch64
  * builds, and into the configure-time probe that resolves QK_TARGET=native. */
 #include "cpu/cpu.h"
 
@@ -27,8 +27,4 @@ const char *qk_cpu_feature_name(unsigned bit)
     }
 }
 
-const char *qk_cpu_best_target(unsigned have)
-{
-    if (!(have & QK_CPU_NEON)) return "generic";
-    return (have & QK_CPU_ARM_BF16) ? "aarch64-bf16" : "aarch64";
-}
+const char *qk_cpu_best_target(unsigned have) { return qk_cpu_best_of_targets(have); }

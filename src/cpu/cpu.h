@@ -19,7 +19,29 @@ __attribute__((visibility("hidden"))) unsigned qk_cpu_query_host(void);
 /* "AVX512F", "NEON", ... for one bit ("?" for a bit this architecture does not know) */
 __attribute__((visibility("hidden"))) const char *qk_cpu_feature_name(unsigned bit);
 /* the best build target of this architecture that a CPU with these features runs (the
-   advice of qk_init's QK_ERR_CPU message, and what QK_TARGET=native resolves to) */
+   advice of qk_init's QK_ERR_CPU message, and what QK_TARGET=native resolves to):
+   qk_cpu_best_of_targets */
 __attribute__((visibility("hidden"))) const char *qk_cpu_best_target(unsigned have);
+
+/* The targets of this architecture and the features each needs, as their CMake fragments
+   declare them (set(QK_TARGET_NEEDS ...) in cmake/targets/<target>.cmake). */
+#include "qk_cpu_targets.h"
+/* Of the targets whose needs the CPU has, the one needing the most features ("generic",
+   which needs none, when there is none). The targets of an architecture form a chain
+   (each needs all its predecessor does), so "most" is "best". */
+static inline const char *qk_cpu_best_of_targets(unsigned have)
+{
+    static const struct { const char *name; unsigned needs; } targets[] = {QK_CPU_TARGET_LIST{0, 0}};
+    const char *best = "generic";
+    int most = 0;
+    for (unsigned i = 0; targets[i].name; i++) {
+        const int n = __builtin_popcount(targets[i].needs);
+        if ((targets[i].needs & ~have) == 0 && n > most) {
+            best = targets[i].name;
+            most = n;
+        }
+    }
+    return best;
+}
 
 #endif

@@ -10,8 +10,4 @@ const char *qk_cpu_feature_name(unsigned bit)
     return "?";
 }
 
-const char *qk_cpu_best_target(unsigned have)
-{
-    (void)have;
-    return "generic";
-}
+const char *qk_cpu_best_target(unsigned have) { return qk_cpu_best_of_targets(have); }

@@ -1,5 +1,5 @@
-/* CPU features on x86-64: cpuid, and the x86 targets a CPU runs (generic < x86-64-v3 <
- * x86-64-v4). Compiled into x86 builds, and into the configure-time probe that resolves
+/* CPU features on x86-64: cpuid, and their names; the best target a CPU runs is chosen from
+ * the x86 fragments' declared needs (cpu.h). Compiled into x86 builds, and into the configure-time probe that resolves
  * QK_TARGET=native (cmake/probe_target.c). */
 #include "cpu/cpu.h"
 
@@ -41,10 +41,4 @@ const char *qk_cpu_feature_name(unsigned bit)
     }
 }
 
-const char *qk_cpu_best_target(unsigned have)
-{
-    const unsigned v3 = QK_CPU_AVX2 | QK_CPU_FMA | QK_CPU_F16C;
-    const unsigned v4 = v3 | QK_CPU_AVX512F | QK_CPU_AVX512BW | QK_CPU_AVX512VL | QK_CPU_AVX512DQ |
-                        QK_CPU_AVX512BF16;
-    return (have & v4) == v4 ? "x86-64-v4" : (have & v3) == v3 ? "x86-64-v3" : "generic";
-}
+const char *qk_cpu_best_target(unsigned have) { return qk_cpu_best_of_targets(have); }
