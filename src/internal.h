@@ -56,7 +56,7 @@ static inline int64_t qk_rows_offset(const qk_rows *r, int64_t i)
    field by field into *r (entries past r->n are never read: qk_rows_offset). Not returned by
    value: the copy out of a by-value struct read its 4-byte n and the dims after it in one
    16-byte load, which no store forwards, a stall of ~10 ns per tensor in every small call. */
-static inline void qk_rows_set(qk_rows *r, const qk_tensor *t)
+static inline __attribute__((always_inline)) void qk_rows_set(qk_rows *r, const qk_tensor *t)
 {
     int32_t n = 0;
     const int64_t es = (int64_t)qk_dtype_bytes(t->dtype);
