@@ -424,6 +424,78 @@ static long count_differ(const unsigned char *a, const unsigned char *b, qk_dtyp
     return differ;
 }
 
+/* Large calls (12-13 MiB of x, residual, out and residual_out; 2 threads' pipelined rows
+   over hundreds of rows): every provider's rows
+   equal, bit for bit, the same rows computed one call each (the single-row path), with
+   out's and residual_out's rows at addresses that are not 64-byte aligned (row stride H + 3,
+   base off by one element), nothing written between the rows, and residual_out in place of
+   residual in a second pass. H = 3100 leaves tails of every path. */
+static void test_large_calls(void)
+{
+    static const qk_norm_kind kinds[] = {QK_NORM_GEMMA, QK_NORM_ADD_GEMMA};
+    const int64_t H = 3100, rs = H + 3;
+    for (int pi = 0; qk_all_providers[pi]; pi++) {
+        const qk_provider_set *p = qk_all_providers[pi];
+        if (!provider_runs(p) || !p->ops.norm[QK_NORM_GEMMA].fn) continue;
+        for (int di = 0; di < 3; di++)
+            for (int ki = 0; ki < 2; ki++)
+                for (int inplace = 0; inplace < 1 + (ki == 1); inplace++) {
+                    const qk_dtype dt = Dt[di];
+                    const qk_norm_kind kind = kinds[ki];
+                    const int add = kind == QK_NORM_ADD_GEMMA;
+                    const int64_t R = add ? 520 : 1040, es = (int64_t)t_size(dt), n = R * rs + 1;
+                    uint64_t rng = 5 + (uint64_t)(di * 4 + ki * 2 + inplace);
+                    unsigned char *x = malloc((size_t)(R * H * es)), *res = malloc((size_t)(n * es));
+                    unsigned char *o = malloc((size_t)(n * es)), *ro = malloc((size_t)(n * es));
+                    unsigned char *res2 = malloc((size_t)(n * es));
+                    unsigned char *o1 = malloc((size_t)(H * es)), *ro1 = malloc((size_t)(H * es));
+                    uint16_t *w = malloc((size_t)H * 2);
+                    memset(o, 0xA5, (size_t)(n * es));
+                    memset(ro, 0xA5, (size_t)(n * es));
+                    memset(res, 0xA5, (size_t)(n * es));
+                    for (int64_t i = 0; i < R; i++)
+                        for (int64_t k = 0; k < H; k++) {
+                            t_store_bits(x, dt, i * H + k, t_encode(t_round(qk_rand_normal(&rng), dt), dt));
+                            t_store_bits(res, dt, 1 + i * rs + k,
+                                         t_encode(t_round(qk_rand_normal(&rng) * 0.5, dt), dt));
+                        }
+                    memcpy(res2, res, (size_t)(n * es));
+                    for (int64_t k = 0; k < H; k++)
+                        w[k] = (uint16_t)t_encode(t_round(qk_rand_normal(&rng) * 0.1, QK_DTYPE_BF16), QK_DTYPE_BF16);
+                    int64_t sh[2] = {R, H}, sh1[2] = {1, H};
+                    qk_tensor xt = qk_tensor_make(x, dt, 2, sh), wt = qk_tensor_make(w, QK_DTYPE_BF16, 1, &H);
+                    qk_tensor rt = qk_tensor_make(res + es, dt, 2, sh);
+                    qk_tensor ot = qk_tensor_make(o + es, dt, 2, sh);
+                    qk_tensor rot = qk_tensor_make((inplace ? res : ro) + es, dt, 2, sh);
+                    rt.stride[0] = ot.stride[0] = rot.stride[0] = rs;
+                    CHECK(qk_norm_run(kind, &p->ops.norm[kind], &xt, &wt, add ? &rt : NULL, 1e-6f, &ot,
+                                      add ? &rot : NULL) == QK_OK, "%s: %s", p->name, qk_last_error());
+                    long differ = 0, touched = 0;
+                    for (int64_t i = 0; i < R; i++) {
+                        qk_tensor x1 = qk_tensor_make(x + i * H * es, dt, 2, sh1);
+                        qk_tensor r1 = qk_tensor_make(res2 + (1 + i * rs) * es, dt, 2, sh1);
+                        qk_tensor a1 = qk_tensor_make(o1, dt, 2, sh1), b1 = qk_tensor_make(ro1, dt, 2, sh1);
+                        CHECK(qk_norm_run(kind, &p->ops.norm[kind], &x1, &wt, add ? &r1 : NULL, 1e-6f, &a1,
+                                          add ? &b1 : NULL) == QK_OK, "%s: %s", p->name, qk_last_error());
+                        const unsigned char *rrow = (inplace ? res : ro) + (1 + i * rs) * es;
+                        differ += count_differ(o + (1 + i * rs) * es, o1, dt, H);
+                        if (add) differ += count_differ(rrow, ro1, dt, H);
+                    }
+                    for (int64_t e = 0; e < n; e++) {   /* the gaps between rows, and before */
+                        const int64_t k = (e - 1) % rs;
+                        if (e >= 1 && k < H) continue;
+                        touched += t_load_bits(o, dt, e) != (es == 4 ? 0xA5A5A5A5u : 0xA5A5u);
+                        if (add && !inplace) touched += t_load_bits(ro, dt, e) != (es == 4 ? 0xA5A5A5A5u : 0xA5A5u);
+                    }
+                    CHECK(differ == 0 && touched == 0, "%s %s x=%s %lldx%lld%s: %ld elements differ from "
+                          "one-row calls, %ld written between rows", p->name, qk_norm_op_name(kind),
+                          qk_dtype_name(dt), (long long)R, (long long)H, inplace ? " in place" : "", differ,
+                          touched);
+                    free(x); free(res); free(o); free(ro); free(res2); free(o1); free(ro1); free(w);
+                }
+    }
+}
+
 /* A row's bits do not depend on the rows beside it: every provider gives each row of a
    5-row call (which takes the pipelined multi-row paths) exactly what the same row gives
    alone (the single-row path), for every x dtype, plain/Gemma/add forms and tail lengths,
@@ -559,5 +631,6 @@ int main(void)
     RUN(test_nonfinite_rows_isolated);
     RUN(test_row_bits_independent_of_batch);
     RUN(test_add_tiny_rows);
+    RUN(test_large_calls);
     return qk_test_finish();
 }
