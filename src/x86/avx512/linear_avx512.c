@@ -650,7 +650,7 @@ INLINE void fk_micro(const int MM, const int TT, const avx512_layout *l, const a
         }
 }
 
-/* up to 3 rows: up to 4 tiles at once; 4 rows: 2; 5..12 rows: one tile (registers: 2 x MM x TT) */
+/* up to 3 rows: up to 4 tiles at once; 4..6 rows: 2; 7..12 rows: one tile (registers: 2 x MM x TT) */
 static void fk_dispatch(int MM, int TT, const avx512_layout *l, const act512 *x, int64_t m,
                         int64_t t0, int64_t j0, int64_t nj, float *total, size_t rowf)
 {
@@ -670,7 +670,7 @@ static void fk_dispatch(int MM, int TT, const avx512_layout *l, const act512 *x,
 #define FK1(MMv)                                                                            \
     case MMv: fk_micro(MMv, 1, l, x, m, t0, j0, nj, total, rowf); return;
     switch (MM) {
-    FK4(1) FK4(2) FK4(3) FK2(4) FK1(5) FK1(6) FK1(7) FK1(8) FK1(9) FK1(10) FK1(11) default: FK1(12)
+    FK4(1) FK4(2) FK4(3) FK2(4) FK2(5) FK2(6) FK1(7) FK1(8) FK1(9) FK1(10) FK1(11) default: FK1(12)
     }
 #undef FK1
 #undef FK2
@@ -708,6 +708,11 @@ static void fk_worker(const void *ctx, int64_t s0, int64_t s1)
     const int G = g->G;
     const size_t rowf = (size_t)G * 16;
     float *total = g->scratch + (size_t)s0 * (size_t)c->M * rowf;
+    /* M > 4: ceil(M / FK_MM) row groups, split evenly (M = 16: 8 + 8, where 12 + 4 left the
+       4-row group with 4 accumulator chains), and two tiles per call for groups of up to 6
+       rows (twice the chains; the decode per dot product depends on the rows only) */
+    const int64_t ng = (c->M + FK_MM - 1) / FK_MM;
+    const int ttr = (c->M + ng - 1) / ng <= 6 ? 2 : 1;
     for (;;) {
         const int64_t b = __atomic_fetch_add(&g->next, g->chunk, __ATOMIC_RELAXED);
         if (b >= g->groups) break;
@@ -720,11 +725,12 @@ static void fk_worker(const void *ctx, int64_t s0, int64_t s1)
                 const int64_t nj = l->kbp - j0 < GROUP_BLOCKS ? l->kbp - j0 : GROUP_BLOCKS;
                 if (c->M <= 4)   /* one row group, the group's tiles at once */
                     fk_dispatch((int)c->M, tt, l, x, 0, t0, j0, nj, total, rowf);
-                else             /* row groups of up to FK_MM, one tile at a time */
-                    for (int t = 0; t < tt; t++)
-                        for (int64_t m = 0; m < c->M; m += FK_MM) {
-                            const int mm = (int)(c->M - m < FK_MM ? c->M - m : FK_MM);
-                            fk_dispatch(mm, 1, l, x, m, t0 + t, j0, nj,
+                else             /* ng row groups of near-equal size, ttr tiles at a time */
+                    for (int t = 0; t < tt; t += ttr)
+                        for (int64_t gi = 0; gi < ng; gi++) {
+                            const int64_t m = gi * c->M / ng;
+                            const int mm = (int)((gi + 1) * c->M / ng - m);
+                            fk_dispatch(mm, tt - t < ttr ? tt - t : ttr, l, x, m, t0 + t, j0, nj,
                                         total + (size_t)m * rowf + (size_t)t * 16, rowf);
                         }
             }
