@@ -424,29 +424,35 @@ static long count_differ(const unsigned char *a, const unsigned char *b, qk_dtyp
     return differ;
 }
 
-/* Large calls (12-13 MiB of x, residual, out and residual_out; 2 threads' pipelined rows
-   over hundreds of rows): every provider's rows
-   equal, bit for bit, the same rows computed one call each (the single-row path), with
-   out's and residual_out's rows at addresses that are not 64-byte aligned (row stride H + 3,
-   base off by one element), nothing written between the rows, and residual_out in place of
-   residual in a second pass. H = 3100 leaves tails of every path. */
+/* Large calls (12-13 MiB of x, residual, out and residual_out: above NORM_STREAM_MIN_BYTES,
+   so the providers with streaming stores take them; 2 threads' pipelined rows over hundreds
+   of rows): every provider's rows equal, bit for bit, the same rows computed one call each
+   (the single-row path), nothing written between the rows, and residual_out in place of
+   residual in a second pass. Two layouts of out, residual and residual_out: rows at
+   addresses that are not 64-byte aligned (row stride H + 3, base off by one element: most
+   rows store as usual), and every row 64-byte aligned (stride 3136, base off by 64 bytes:
+   every row streams). H = 3100 leaves tails of every path. */
 static void test_large_calls(void)
 {
     static const qk_norm_kind kinds[] = {QK_NORM_GEMMA, QK_NORM_ADD_GEMMA};
-    const int64_t H = 3100, rs = H + 3;
+    const int64_t H = 3100;
     for (int pi = 0; qk_all_providers[pi]; pi++) {
         const qk_provider_set *p = qk_all_providers[pi];
         if (!provider_runs(p) || !p->ops.norm[QK_NORM_GEMMA].fn) continue;
+        for (int aligned = 0; aligned < 2; aligned++)
         for (int di = 0; di < 3; di++)
             for (int ki = 0; ki < 2; ki++)
                 for (int inplace = 0; inplace < 1 + (ki == 1); inplace++) {
                     const qk_dtype dt = Dt[di];
                     const qk_norm_kind kind = kinds[ki];
                     const int add = kind == QK_NORM_ADD_GEMMA;
-                    const int64_t R = add ? 520 : 1040, es = (int64_t)t_size(dt), n = R * rs + 1;
+                    const int64_t es = (int64_t)t_size(dt);
+                    const int64_t rs = aligned ? 3136 : H + 3, off = aligned ? 64 / es : 1;
+                    const int64_t R = add ? 520 : 1040, n = R * rs + off;
                     uint64_t rng = 5 + (uint64_t)(di * 4 + ki * 2 + inplace);
-                    unsigned char *x = malloc((size_t)(R * H * es)), *res = malloc((size_t)(n * es));
-                    unsigned char *o = malloc((size_t)(n * es)), *ro = malloc((size_t)(n * es));
+                    const size_t nb = (size_t)(n * es + 63) & ~(size_t)63;
+                    unsigned char *x = malloc((size_t)(R * H * es)), *res = aligned_alloc(64, nb);
+                    unsigned char *o = aligned_alloc(64, nb), *ro = aligned_alloc(64, nb);
                     unsigned char *res2 = malloc((size_t)(n * es));
                     unsigned char *o1 = malloc((size_t)(H * es)), *ro1 = malloc((size_t)(H * es));
                     uint16_t *w = malloc((size_t)H * 2);
@@ -456,7 +462,7 @@ static void test_large_calls(void)
                     for (int64_t i = 0; i < R; i++)
                         for (int64_t k = 0; k < H; k++) {
                             t_store_bits(x, dt, i * H + k, t_encode(t_round(qk_rand_normal(&rng), dt), dt));
-                            t_store_bits(res, dt, 1 + i * rs + k,
+                            t_store_bits(res, dt, off + i * rs + k,
                                          t_encode(t_round(qk_rand_normal(&rng) * 0.5, dt), dt));
                         }
                     memcpy(res2, res, (size_t)(n * es));
@@ -464,33 +470,33 @@ static void test_large_calls(void)
                         w[k] = (uint16_t)t_encode(t_round(qk_rand_normal(&rng) * 0.1, QK_DTYPE_BF16), QK_DTYPE_BF16);
                     int64_t sh[2] = {R, H}, sh1[2] = {1, H};
                     qk_tensor xt = qk_tensor_make(x, dt, 2, sh), wt = qk_tensor_make(w, QK_DTYPE_BF16, 1, &H);
-                    qk_tensor rt = qk_tensor_make(res + es, dt, 2, sh);
-                    qk_tensor ot = qk_tensor_make(o + es, dt, 2, sh);
-                    qk_tensor rot = qk_tensor_make((inplace ? res : ro) + es, dt, 2, sh);
+                    qk_tensor rt = qk_tensor_make(res + off * es, dt, 2, sh);
+                    qk_tensor ot = qk_tensor_make(o + off * es, dt, 2, sh);
+                    qk_tensor rot = qk_tensor_make((inplace ? res : ro) + off * es, dt, 2, sh);
                     rt.stride[0] = ot.stride[0] = rot.stride[0] = rs;
                     CHECK(qk_norm_run(kind, &p->ops.norm[kind], &xt, &wt, add ? &rt : NULL, 1e-6f, &ot,
                                       add ? &rot : NULL) == QK_OK, "%s: %s", p->name, qk_last_error());
                     long differ = 0, touched = 0;
                     for (int64_t i = 0; i < R; i++) {
                         qk_tensor x1 = qk_tensor_make(x + i * H * es, dt, 2, sh1);
-                        qk_tensor r1 = qk_tensor_make(res2 + (1 + i * rs) * es, dt, 2, sh1);
+                        qk_tensor r1 = qk_tensor_make(res2 + (off + i * rs) * es, dt, 2, sh1);
                         qk_tensor a1 = qk_tensor_make(o1, dt, 2, sh1), b1 = qk_tensor_make(ro1, dt, 2, sh1);
                         CHECK(qk_norm_run(kind, &p->ops.norm[kind], &x1, &wt, add ? &r1 : NULL, 1e-6f, &a1,
                                           add ? &b1 : NULL) == QK_OK, "%s: %s", p->name, qk_last_error());
-                        const unsigned char *rrow = (inplace ? res : ro) + (1 + i * rs) * es;
-                        differ += count_differ(o + (1 + i * rs) * es, o1, dt, H);
+                        const unsigned char *rrow = (inplace ? res : ro) + (off + i * rs) * es;
+                        differ += count_differ(o + (off + i * rs) * es, o1, dt, H);
                         if (add) differ += count_differ(rrow, ro1, dt, H);
                     }
                     for (int64_t e = 0; e < n; e++) {   /* the gaps between rows, and before */
-                        const int64_t k = (e - 1) % rs;
-                        if (e >= 1 && k < H) continue;
+                        const int64_t k = (e - off) % rs;
+                        if (e >= off && k < H) continue;
                         touched += t_load_bits(o, dt, e) != (es == 4 ? 0xA5A5A5A5u : 0xA5A5u);
                         if (add && !inplace) touched += t_load_bits(ro, dt, e) != (es == 4 ? 0xA5A5A5A5u : 0xA5A5u);
                     }
-                    CHECK(differ == 0 && touched == 0, "%s %s x=%s %lldx%lld%s: %ld elements differ from "
+                    CHECK(differ == 0 && touched == 0, "%s %s x=%s %lldx%lld%s%s: %ld elements differ from "
                           "one-row calls, %ld written between rows", p->name, qk_norm_op_name(kind),
-                          qk_dtype_name(dt), (long long)R, (long long)H, inplace ? " in place" : "", differ,
-                          touched);
+                          qk_dtype_name(dt), (long long)R, (long long)H, inplace ? " in place" : "",
+                          aligned ? ", rows 64-byte aligned" : "", differ, touched);
                     free(x); free(res); free(o); free(ro); free(res2); free(o1); free(ro1); free(w);
                 }
     }
