@@ -3,7 +3,9 @@
  *   norm family -> avx512 (16-lane f32, masked tails, rows software-pipelined; BF16 rows:
  *                  vdpbf16ps sums of squares and vcvtne2ps2bf16 stores where no result
  *                  can be subnormal (it flushes those), integer RNE otherwise; 2.3x avx2,
- *                  42x ref, geometric means of `qk bench norm`)
+ *                  42x ref, geometric means of `qk bench norm`; calls moving >= 12 MiB
+ *                  prefetch row i + 2 and store with non-temporal stores: add_gemma
+ *                  512 x 4096 / 5120 from DRAM 0.75-0.85x the time, 2026-12-05, Zen 4)
  *   mx ops -> avx512 (BF16->E4M3: 15.8 Gelem/s per thread vs avx2 7.8, ref 0.08; Zen 5)
  */
 /* mxfp8_linear -> avx512. Its paths, by what `qk bench linear` and interleaved A/B runs
@@ -12,7 +14,8 @@
  *     (x's scales folded into its BF16 exponents, the weight decoded in registers once per
  *     group of up to 12 rows, split evenly over ceil(M / 12) groups, one FMA per block;
  *     E4M3 subnormal weight codes added from per-block corrections, 2026-12-04: M = 512
- *     (5120, 5120) 70-75 -> 68 ms). It matched the exact GEMV at M = 1..3
+ *     (5120, 5120) 70-75 -> 68 ms; each tile's stream also prefetched into L2 8 super-blocks
+ *     ahead, 2026-12-05: M = 1, 2 from DRAM 0.92-0.97x the time). It matched the exact GEMV at M = 1..3
  *     (both at the weight stream: 0.85-0.93 of read bandwidth at M = 1 for 87.7 MiB), beat it
  *     at M = 4, and beat a BF16-panel GEMM (exact or folded) from M = 5 to 512: M = 16
  *     (5120, 5120) 3.60 -> 2.58 ms, M = 128 (17408, 5120) 109 -> 60 ms; at M = 512 it runs
