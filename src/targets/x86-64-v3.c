@@ -1,7 +1,10 @@
 /* Target `x86-64-v3` (AVX2, FMA, F16C): the reference table with these overrides.
  *   norm family -> avx2 (8-lane f32 with double-accumulated sums of squares; BF16 rows in
  *                  even/odd halves with exact integer RNE; 27-30x ref, 4.4-4.9x the
- *                  composite, `qk bench norm` on Zen 3)
+ *                  composite, `qk bench norm` on Zen 3; F16/F32 calls moving >= 12 MiB
+ *                  prefetch row i + 2 and store with non-temporal stores: F16 add_gemma
+ *                  512 x 4096 / 5120 from DRAM 0.70-0.72x the time, a v3 build on Zen 4,
+ *                  2026-12-05; not yet measured on Zen 3)
  *   mx ops -> avx2 (BF16->E4M3: 7.8 Gelem/s per thread vs ref 0.08 on Zen 5; on Zen 3 85x
  *                   ref, 0.37 of copy bandwidth from cache and 0.58 from DRAM, qk bench quant)
  *   mxfp8_linear -> avx2 (f32 FMA: 10-28x ref at M = 1, 0.81-0.98 of read bandwidth; 0.40-0.64
