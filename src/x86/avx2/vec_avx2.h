@@ -126,7 +126,6 @@ static inline vf vst_round_f16_n(uint16_t *p, vf v, int64_t n) { vst_f16_n(p, v,
 #define VEC_HAS_NT_STORE 1
 static inline void vst_nt_f32(float *p, vf v) { _mm256_stream_ps(p, v); }
 static inline void vst_nt_f16(uint16_t *p, vf v) { _mm_stream_si128((__m128i *)p, vcvt_to_f16(v)); }
-static inline void vst_nt_bf16(uint16_t *p, vf v) { _mm_stream_si128((__m128i *)p, vcvt_to_bf16(v)); }
 static inline vf vst_round_nt_f16(uint16_t *p, vf v)
 {
     const __m128i h = vcvt_to_f16(v);

@@ -104,13 +104,12 @@ static inline vf vst_round_bf16_n(uint16_t *p, vf v, int64_t n) { vst_bf16_n(p, 
 
 /* Non-temporal (streaming) stores, for calls far larger than the caches: the lines go to
    memory without being read first and without evicting the inputs. p must be 64-byte
-   aligned for f32 (one zmm) and 32-byte aligned for F16/BF16 (one ymm); the caller checks
+   aligned for f32 (one zmm) and 32-byte aligned for F16 (one ymm); the caller checks
    its rows and ends the call with vst_nt_fence (streaming stores are weakly ordered).
    vst_round_nt_f16 also returns the stored value (for the kept residual_out of F16). */
 #define VEC_HAS_NT_STORE 1
 static inline void vst_nt_f32(float *p, vf v) { _mm512_stream_ps(p, v); }
 static inline void vst_nt_f16(uint16_t *p, vf v) { _mm256_stream_si256((__m256i *)p, vcvt_to_f16(v)); }
-static inline void vst_nt_bf16(uint16_t *p, vf v) { _mm256_stream_si256((__m256i *)p, vcvt_to_bf16(v)); }
 static inline vf vst_round_nt_f16(uint16_t *p, vf v)
 {
     const __m256i h = vcvt_to_f16(v);
@@ -265,18 +264,20 @@ static inline void veo_split_f32(vf v0, vf v1, vf *even, vf *odd)
     *odd = _mm512_permutex2var_ps(v0, io, v1);
 }
 /* values known to be zero or at least 2^-126 in magnitude */
-static inline void veo_store_bf16_normal(uint16_t *p, vf even, vf odd)
+static inline __m512i veo_pack_bf16_normal(vf even, vf odd)
 {
     const __m512i il = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
                                         23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-    _mm512_storeu_si512((void *)p, _mm512_permutexvar_epi16(il, (__m512i)_mm512_cvtne2ps_pbh(odd, even)));
+    return _mm512_permutexvar_epi16(il, (__m512i)_mm512_cvtne2ps_pbh(odd, even));
+}
+static inline void veo_store_bf16_normal(uint16_t *p, vf even, vf odd)
+{
+    _mm512_storeu_si512((void *)p, veo_pack_bf16_normal(even, odd));
 }
 /* the same 32 elements as one streaming store (p 64-byte aligned; see vst_nt_f32) */
 static inline void veo_store_bf16_normal_nt(uint16_t *p, vf even, vf odd)
 {
-    const __m512i il = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
-                                        23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-    _mm512_stream_si512((void *)p, _mm512_permutexvar_epi16(il, (__m512i)_mm512_cvtne2ps_pbh(odd, even)));
+    _mm512_stream_si512((void *)p, veo_pack_bf16_normal(even, odd));
 }
 /* nt: streaming stores where the pair has no subnormal (the rare others take vst_bf16) */
 static inline void veo_store_bf16(uint16_t *p, vf even, vf odd, int nt)
