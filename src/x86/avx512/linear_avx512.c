@@ -32,8 +32,13 @@
  *     does not depend on the rows beside it. A row it cannot fold (NaN/Inf, or block scales
  *     spanning more than 2^FK_SPAN) is then computed alone by the exact GEMV. It matches the
  *     exact GEMV at M = 1..3 (both bound by the weight stream) and beat it at M = 4, and
- *     beat the exact GEMM and a folded BF16-panel GEMM from M = 5 to 512 (4-10% per core
- *     over the folded one at M = 512).
+ *     beat the exact GEMM and an earlier folded BF16-panel GEMM from M = 5 to 512.
+ *     From M = PK_MIN_M on, the folded panel GEMM (pk_*) gives the same bits faster: each
+ *     panel of 4 tiles is decoded once per call and super-block (block scales folded into
+ *     the BF16 exponents, exact), and a 3 x 4 register tile with its running sums in
+ *     registers runs over it for all the item's rows (2026-12-06, Zen 4, M = 512: 0.88-0.95x
+ *     the folded kernel's time, 0.90-0.91 of the vdpbf16ps peak on the text shapes; M = 64
+ *     and 80 0.97-1.05x, so it starts at 96).
  *   another weight: the exact GEMV above for M <= 4, one pass over the weight per group of up
  *     to 4 rows; for M > 4 the exact GEMM: per k-chunk each work item's panels of 3 tiles are
  *     decoded once into BF16 and a 4 x 48 register tile runs over them, with the per-block
@@ -77,6 +82,9 @@
 #define FK_XOFF 64               /* folded kernel: x~ offset, 2^64 (see the folded kernel) */
 #define FK_WOFF 60               /* folded kernel: block scale offset */
 #define FK_EOFF (120 - FK_XOFF - FK_WOFF)
+#ifndef PK_MIN_M
+#define PK_MIN_M 96              /* the folded panel GEMM from this M on (see run_panel) */
+#endif
 
 #define INLINE static inline __attribute__((always_inline))
 
@@ -245,10 +253,11 @@ INLINE __m512 dp_bcast(__m512 acc, __m512i w, const uint16_t *p)
    no more roundings than it had. */
 /* Out of line, on accumulators in memory: the kernels' loops keep their registers (a
    call there would make every vector register caller-saved). rows sums at sum[r * sstride],
-   their x~ blocks at xb + r * xstride. */
+   their x~ blocks at xb + r * xstride. f: the lanes' power-of-two factor on that product (1,
+   or the folded panel GEMM's block scales, whose sums carry them), exact. */
 static __attribute__((noinline)) void apply_corr(const avx512_layout *l, int64_t tb, int rows,
                                                  __m512 *sum, int sstride, const uint16_t *xb,
-                                                 int64_t xstride)
+                                                 int64_t xstride, __m512 f)
 {
     for (uint32_t i = l->cstart[tb]; i < l->cstart[tb + 1]; i++) {
         const unsigned e = l->corr[i];
@@ -256,7 +265,8 @@ static __attribute__((noinline)) void apply_corr(const avx512_layout *l, int64_t
         const __mmask16 lane = (__mmask16)(1u << CORR_R(e));
         for (int r = 0; r < rows; r++) {
             const float v = qk_bf16_to_f32(xb[r * xstride + CORR_KK(e)]) * 0x1p-120f * w;
-            sum[r * sstride] = _mm512_mask_add_ps(sum[r * sstride], lane, sum[r * sstride], _mm512_set1_ps(v));
+            sum[r * sstride] = _mm512_mask_add_ps(sum[r * sstride], lane, sum[r * sstride],
+                                                  _mm512_mul_ps(_mm512_set1_ps(v), f));
         }
     }
 }
@@ -472,7 +482,8 @@ INLINE void gemv_tiles(const gemv_job *g, int64_t t0, const int MM, const int TT
             if (flags[t][j]) {   /* into the first accumulator of each row */
                 __m512 a0[GEMV_MAX_M];
                 for (int m = 0; m < MM; m++) a0[m] = acc[m][t][0];
-                apply_corr(l, (t0 + t) * l->kbp + j, MM, a0, 1, xj[0], xj[MM > 1] - xj[0]);
+                apply_corr(l, (t0 + t) * l->kbp + j, MM, a0, 1, xj[0], xj[MM > 1] - xj[0],
+                           _mm512_set1_ps(1.0f));
                 for (int m = 0; m < MM; m++) acc[m][t][0] = a0[m];
             }
             for (int m = 0; m < MM; m++) {
@@ -636,7 +647,7 @@ INLINE void fk_micro(const int MM, const int TT, const avx512_layout *l, const a
             if (flags[t][j]) {
                 __m512 a[FK_MM];
                 for (int r = 0; r < MM; r++) a[r] = acc[r][t];
-                apply_corr(l, (t0 + t) * l->kbp + j, MM, a, 1, xj, QK_MX_BLOCK);
+                apply_corr(l, (t0 + t) * l->kbp + j, MM, a, 1, xj, QK_MX_BLOCK, _mm512_set1_ps(1.0f));
                 for (int r = 0; r < MM; r++) acc[r][t] = a[r];
             }
             for (int r = 0; r < MM; r++) {
@@ -766,14 +777,214 @@ static qk_status run_folded(const qk_linear_call *c, const avx512_layout *l, con
     return QK_OK;
 }
 
+/* ---- work items from a shared counter (a preempted thread holds up one item): each thread,
+   slot s0, runs the next item with its own slot_bytes of scratch ---- */
+typedef void (*item_fn)(const void *job, int64_t item, char *scratch);
+typedef struct item_queue {
+    item_fn run;
+    const void *job;
+    int64_t items, next;
+    char *scratch;                 /* slots x slot_bytes */
+    size_t slot_bytes;
+} item_queue;
+
+static void queue_worker(const void *ctx, int64_t s0, int64_t s1)
+{
+    item_queue *q = (item_queue *)(uintptr_t)ctx;
+    (void)s1;
+    for (;;) {
+        const int64_t i = __atomic_fetch_add(&q->next, 1, __ATOMIC_RELAXED);
+        if (i >= q->items) break;
+        q->run(q->job, i, q->scratch + (size_t)s0 * q->slot_bytes);
+    }
+}
+
+static qk_status queue_run(item_fn run, const void *job, int64_t items, int64_t slots, size_t slot_bytes)
+{
+    item_queue q = {run, job, items, 0, NULL, slot_bytes};
+    if (slots > items) slots = items;
+    if (slots < 1) slots = 1;
+    q.scratch = (char *)qk_linear_alloc(slot_bytes * (size_t)slots);
+    if (!q.scratch) return QK_ERR_NOMEM;
+    qk_parallel_for(slots, 1, 0, queue_worker, &q);
+    qk_linear_free(q.scratch);
+    return QK_OK;
+}
+
+/* ---- folded panel GEMM (prefill): the folded kernel's sums, the weight decoded once per call ----
+   The folded kernel decodes each weight chunk once per group of up to FK_MM rows: at M = 512 that
+   is 43 decodes of every code, and its 12 x 1 register tile loads a broadcast per product pair.
+   This path decodes a panel of PK_NT tiles, one super-block of K at a time, into L1-sized BF16
+   scratch with each block's f folded into the exponents (w~ · f: a power of two, exact and
+   normal, as in the folded kernel), and runs a PK_MR x PK_NT register tile over it for all the
+   item's rows. It gives the folded kernel's bits: a block's sum of products scaled by f is f
+   times that kernel's sum (every product and partial sum stays normal, so each rounding
+   commutes with the power of two), its corrections are added after the block's products as
+   there, run + sum is the FMA run + sum · f, and total += run closes each GROUP_BLOCKS group;
+   only where the running sums live differs (memory, per block, here). */
+#define PK_MR 3                  /* rows per register tile (its sums: 2 x PK_MR x PK_NT registers) */
+#define PK_NT 4                  /* tiles per panel (register tile: PK_MR x PK_NT) */
+#define PK_MC 256                /* rows per work item: run + total stay in L2 */
+#define PK_PANEL_WORDS ((size_t)SB_BLOCKS * 16 * PK_NT * 32)   /* one super-block of a panel */
+
+/* Super-block sb of tiles [t0, t0 + nt) into pw [block][pair][tile][32]: BF16 of dec(w) · 2^-120 · f
+   (f = 2^k, the folded kernel's fk_scale, added to the exponent of every nonzero code). */
+static void pk_decode(const avx512_layout *l, int64_t t0, int nt, int64_t sb, uint16_t *pw)
+{
+    const __m512i m87f0 = _mm512_set1_epi16((short)0x87F0), m7fff = _mm512_set1_epi16(0x7FFF);
+    for (int t = 0; t < nt; t++) {
+        const uint8_t *s = l->codes + (t0 + t) * l->tile_bytes + sb * SB_BYTES;
+        const __m512i cw = _mm512_loadu_si512(l->cw + (t0 + t) * TILE);
+        for (int i = 0; i < SB_BLOCKS; i++) {
+            /* k = sw - Cw + FK_WOFF - 127, in [6, 60] where the block is nonzero (FOLD_SPAN);
+               a zero block has no nonzero code to add it to, so it is only kept in range */
+            __m512i k = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(s + 16 * i))), cw);
+            k = _mm512_add_epi32(k, _mm512_set1_epi32(FK_WOFF - 127));
+            k = _mm512_min_epi32(_mm512_max_epi32(k, _mm512_setzero_si512()), _mm512_set1_epi32(127));
+            const __m512i kv = _mm512_or_si512(_mm512_slli_epi32(k, 7), _mm512_slli_epi32(k, 23));
+            const uint8_t *blk = s + 64 + i * 512;
+            uint16_t *o = pw + ((size_t)i * 16 * PK_NT + (size_t)t) * 32;
+            for (int c = 0; c < 8; c++) {
+                _mm_prefetch((const char *)blk + 64 * c + SB_BYTES, _MM_HINT_T0);
+                const __m512i v = _mm512_loadu_si512(blk + 64 * c);
+                __m512i lo = dec_lo_pure(v, m87f0), hi = dec_hi_pure(v, m87f0);
+                lo = _mm512_mask_add_epi16(lo, _mm512_test_epi16_mask(lo, m7fff), lo, kv);
+                hi = _mm512_mask_add_epi16(hi, _mm512_test_epi16_mask(hi, m7fff), hi, kv);
+                _mm512_store_si512(o + (size_t)(2 * c) * PK_NT * 32, lo);
+                _mm512_store_si512(o + (size_t)(2 * c + 1) * PK_NT * 32, hi);
+            }
+        }
+    }
+}
+
+/* Rows [m, m + RM) x the panel's TN tiles, super-block sb (blocks j0 .. j0 + 3): per block, the sum
+   of its products (and corrections), run += it; run [r][64] carries a group's running sums from
+   one super-block to the next, and total [r][64] += run closes the group. xb: x~ of block j0,
+   row m (block-major, xjs apart). */
+INLINE void pk_micro(const int RM, const int TN, const int CORR, const avx512_layout *l, int64_t t0,
+                     int64_t j0, const uint16_t *xb, int64_t xjs, const uint16_t *pw, float *run,
+                     float *total)
+{
+    /* a group's first super-block starts its sums from zeros (an unconditional load: a select
+       here made the compiler keep the sums in memory) */
+    static const float zeros[PK_MR * 64] __attribute__((aligned(64)));
+    const float *src = j0 % GROUP_BLOCKS ? run : zeros;
+    __m512 acc[PK_MR][PK_NT], sum[PK_MR][PK_NT];
+    for (int r = 0; r < RM; r++)
+        for (int t = 0; t < TN; t++) sum[r][t] = _mm512_load_ps(src + r * 64 + t * 16);
+    for (int i = 0; i < SB_BLOCKS; i++) {
+        const int64_t j = j0 + i;
+        const uint16_t *xi = xb + i * xjs, *pi = pw + (size_t)i * 16 * PK_NT * 32;
+        for (int r = 0; r < RM; r++)
+            for (int t = 0; t < TN; t++) acc[r][t] = _mm512_setzero_ps();
+        for (int p = 0; p < 16; p++) {
+            __m512i b[PK_NT];
+            for (int t = 0; t < TN; t++) b[t] = _mm512_load_si512(pi + ((size_t)p * PK_NT + (size_t)t) * 32);
+            for (int r = 0; r < RM; r++) {
+                const __m512 a = bcast_pair(xi + r * QK_MX_BLOCK + 2 * p);
+                for (int t = 0; t < TN; t++) acc[r][t] = dp(acc[r][t], b[t], a);
+            }
+        }
+        for (int t = 0; CORR && t < TN; t++)
+            if (l->flags[(t0 + t) * l->kbp + j]) {
+                const uint8_t *sbk = l->codes + (t0 + t) * l->tile_bytes + (j / SB_BLOCKS) * SB_BYTES;
+                const __m512 f = fk_scale(sbk + 16 * i, _mm512_loadu_si512(l->cw + (t0 + t) * TILE));
+                __m512 a[PK_MR];
+                for (int r = 0; r < RM; r++) a[r] = acc[r][t];
+                apply_corr(l, (t0 + t) * l->kbp + j, RM, a, 1, xi, QK_MX_BLOCK, f);
+                for (int r = 0; r < RM; r++) acc[r][t] = a[r];
+            }
+        for (int r = 0; r < RM; r++)
+            for (int t = 0; t < TN; t++) sum[r][t] = _mm512_add_ps(sum[r][t], acc[r][t]);
+    }
+    /* groups are whole super-blocks (GROUP_BLOCKS is a multiple of SB_BLOCKS, as is kbp) */
+    const int close = (j0 + SB_BLOCKS) % GROUP_BLOCKS == 0 || j0 + SB_BLOCKS == l->kbp;
+    for (int r = 0; r < RM; r++)
+        for (int t = 0; t < TN; t++) {
+            if (close) {
+                float *tp = total + r * 64 + t * 16;
+                _mm512_store_ps(tp, _mm512_add_ps(_mm512_load_ps(tp), sum[r][t]));
+            } else {
+                _mm512_store_ps(run + r * 64 + t * 16, sum[r][t]);
+            }
+        }
+}
+
+/* CORR: the super-block holds corrections (a separate instance: the call in the corrections'
+   path would make the sums caller-saved, and the compiler keeps them in memory throughout) */
+static void pk_dispatch(int RM, int TN, int CORR, const avx512_layout *l, int64_t t0, int64_t j0,
+                        const uint16_t *xb, int64_t xjs, const uint16_t *pw, float *run, float *total)
+{
+#define PKT(RMv, Cv)                                                                               \
+    case RMv:                                                                                      \
+        switch (TN) {                                                                              \
+        case 4: pk_micro(RMv, 4, Cv, l, t0, j0, xb, xjs, pw, run, total); return;                  \
+        case 3: pk_micro(RMv, 3, Cv, l, t0, j0, xb, xjs, pw, run, total); return;                  \
+        case 2: pk_micro(RMv, 2, Cv, l, t0, j0, xb, xjs, pw, run, total); return;                  \
+        default: pk_micro(RMv, 1, Cv, l, t0, j0, xb, xjs, pw, run, total); return;                 \
+        }
+    if (CORR)
+        switch (RM) { PKT(1, 1) PKT(2, 1) default: PKT(3, 1) }
+    else
+        switch (RM) { PKT(1, 0) PKT(2, 0) default: PKT(3, 0) }
+#undef PKT
+}
+
+typedef struct pk_job {
+    const qk_linear_call *c;
+    const avx512_layout *l;
+    const act512 *x;
+    int64_t panels;
+} pk_job;
+
+/* item: panel item % panels, rows from PK_MC (item / panels); scratch: pw, run [PK_MC][64],
+   total [PK_MC][64] */
+static void pk_item(const void *job, int64_t item, char *scratch)
+{
+    const pk_job *g = (const pk_job *)job;
+    const qk_linear_call *c = g->c;
+    const avx512_layout *l = g->l;
+    const act512 *x = g->x;
+    const int64_t panel = item % g->panels, m0 = item / g->panels * PK_MC;
+    const int64_t m1 = c->M - m0 < PK_MC ? c->M : m0 + PK_MC, t0 = panel * PK_NT;
+    const int nt = (int)(l->tiles - t0 < PK_NT ? l->tiles - t0 : PK_NT);
+    uint16_t *pw = (uint16_t *)(void *)scratch;
+    float *run = (float *)(void *)(scratch + PK_PANEL_WORDS * 2), *total = run + (size_t)PK_MC * 64;
+    memset(total, 0, (size_t)(m1 - m0) * 64 * sizeof(float));
+    for (int64_t sb = 0; sb < l->kbp / SB_BLOCKS; sb++) {
+        pk_decode(l, t0, nt, sb, pw);
+        const int64_t j0 = sb * SB_BLOCKS;
+        int corr = 0;   /* the panel's tile-blocks in this super-block: any with corrections */
+        for (int t = 0; t < nt; t++)
+            for (int i = 0; i < SB_BLOCKS; i++) corr |= l->flags[(t0 + t) * l->kbp + j0 + i];
+        for (int64_t m = m0; m < m1; m += PK_MR) {
+            const int rm = (int)(m1 - m < PK_MR ? m1 - m : PK_MR);
+            const size_t ro = (size_t)(m - m0) * 64;
+            pk_dispatch(rm, nt, corr, l, t0, j0, x->xf + (j0 * c->M + m) * QK_MX_BLOCK, c->M * QK_MX_BLOCK,
+                        pw, run + ro, total + ro);
+        }
+    }
+    for (int64_t m = m0; m < m1; m++) {
+        if (x->exact[m]) continue;     /* the exact GEMV writes this row */
+        for (int t = 0; t < nt; t++)
+            store_scaled(c, l, m, x->cx[m] + FK_EOFF, t0 + t,
+                         _mm512_load_ps(total + (size_t)(m - m0) * 64 + (size_t)t * 16));
+    }
+}
+
+static qk_status run_panel(const qk_linear_call *c, const avx512_layout *l, const act512 *x)
+{
+    const pk_job g = {c, l, x, (l->tiles + PK_NT - 1) / PK_NT};
+    return queue_run(pk_item, &g, g.panels * ((c->M + PK_MC - 1) / PK_MC), qk_threads(),
+                     PK_PANEL_WORDS * 2 + (size_t)2 * PK_MC * 64 * sizeof(float));
+}
+
 /* ---- GEMM ---- */
 typedef struct gemm_job {
     const qk_linear_call *c;
     const avx512_layout *l;
     const act512 *x;
-    int64_t panels, pb, nblocks, mchunks, items, slots, next;
-    char *scratch;                 /* slots x slot_bytes */
-    size_t slot_bytes;
+    int64_t panels, pb, nblocks, mchunks;
 } gemm_job;
 
 #define PANEL_WORDS ((size_t)KCB * 16 * NB * 32)         /* BF16 words of one panel */
@@ -877,8 +1088,9 @@ static void gemm_micro_dispatch(int RM, int TN, const act512 *x, int64_t m, int6
 /* One work item: panels [p0, p0 + np) x rows [m0, m1). Per k-chunk, the item's panels are
    decoded once (they stay in L2) and every block of MI rows (its x~ k-chunk stays in L2)
    runs over them; ctot [panel][row][NB*16] accumulates the k-chunks. */
-static void gemm_item(const gemm_job *g, int64_t item, char *scratch)
+static void gemm_item(const void *job, int64_t item, char *scratch)
 {
+    const gemm_job *g = (const gemm_job *)job;
     const qk_linear_call *c = g->c;
     const avx512_layout *l = g->l;
     const int64_t nbk = item % g->nblocks, mchunk = item / g->nblocks;
@@ -923,18 +1135,6 @@ static void gemm_item(const gemm_job *g, int64_t item, char *scratch)
     }
 }
 
-/* Each thread (slot s0: its own scratch) takes work items from a shared counter. */
-static void gemm_worker(const void *ctx, int64_t s0, int64_t s1)
-{
-    gemm_job *g = (gemm_job *)(uintptr_t)ctx;
-    (void)s1;
-    for (;;) {
-        const int64_t i = __atomic_fetch_add(&g->next, 1, __ATOMIC_RELAXED);
-        if (i >= g->items) break;
-        gemm_item(g, i, g->scratch + (size_t)s0 * g->slot_bytes);
-    }
-}
-
 static qk_status run_gemm(const qk_linear_call *c, const avx512_layout *l, const act512 *x)
 {
     gemm_job g;
@@ -951,18 +1151,10 @@ static qk_status run_gemm(const qk_linear_call *c, const avx512_layout *l, const
     g.pb = g.pb < 1 ? 1 : g.pb > PB ? PB : g.pb;
     if (c->M * x->kp * 2 <= (384 << 10)) g.pb = 1; /* x~ stays in L2 anyway: one panel per item */
     g.nblocks = (g.panels + g.pb - 1) / g.pb;
-    g.items = g.nblocks * g.mchunks;
-    int64_t slots = threads < g.items ? threads : g.items;
-    if (slots < 1) slots = 1;
-    g.slots = slots;
     const int64_t mc = c->M < MC ? c->M : MC;
-    g.slot_bytes = ((size_t)g.pb * (PANEL_WORDS * 2 + PANEL_EXPS * 4 + (size_t)mc * NB * 16 * 4) + 63) &
-                   ~(size_t)63;
-    g.scratch = (char *)qk_linear_alloc(g.slot_bytes * (size_t)slots);
-    if (!g.scratch) return QK_ERR_NOMEM;
-    qk_parallel_for(slots, 1, 0, gemm_worker, &g);
-    qk_linear_free(g.scratch);
-    return QK_OK;
+    return queue_run(gemm_item, &g, g.nblocks * g.mchunks, threads,
+                     ((size_t)g.pb * (PANEL_WORDS * 2 + PANEL_EXPS * 4 + (size_t)mc * NB * 16 * 4) + 63) &
+                         ~(size_t)63);
 }
 
 static qk_status avx512_run(const qk_linear_call *c)
@@ -973,7 +1165,7 @@ static qk_status avx512_run(const qk_linear_call *c)
     qk_status st = act512_make(c, l->kbp, fold, &x);
     if (st) return st;
     if (fold) {
-        st = run_folded(c, l, &x);
+        st = c->M >= PK_MIN_M ? run_panel(c, l, &x) : run_folded(c, l, &x);
         for (int64_t m = 0; !st && m < c->M; m++)   /* rows the folded kernel cannot take */
             if (x.exact[m]) run_gemv(c, l, &x, m, m + 1);
     } else if (c->M <= GEMV_MAX_M) {
