@@ -824,7 +824,9 @@ static qk_status queue_run(item_fn run, const void *job, int64_t items, int64_t 
    only where the running sums live differs (memory, per block, here). */
 #define PK_MR 3                  /* rows per register tile (its sums: 2 x PK_MR x PK_NT registers) */
 #define PK_NT 4                  /* tiles per panel (register tile: PK_MR x PK_NT) */
-#define PK_MC 256                /* rows per work item: run + total stay in L2 */
+#ifndef PK_MC
+#define PK_MC 512                /* rows per work item: run + total (256 KiB) stay in L2 */
+#endif
 #define PK_PANEL_WORDS ((size_t)SB_BLOCKS * 16 * PK_NT * 32)   /* one super-block of a panel */
 
 /* Super-block sb of tiles [t0, t0 + nt) into pw [block][pair][tile][32]: BF16 of dec(w) · 2^-120 · f
