@@ -904,8 +904,10 @@ INLINE void pk_micro(const int RM, const int TN, const int CORR, const avx512_la
     for (int r = 0; r < RM; r++)
         for (int t = 0; t < TN; t++) {
             if (close) {
+                /* the first group's close adds to +0 without reading total (no memset) */
                 float *tp = total + r * 64 + t * 16;
-                _mm512_store_ps(tp, _mm512_add_ps(_mm512_load_ps(tp), sum[r][t]));
+                const __m512 t0v = j0 < GROUP_BLOCKS ? _mm512_setzero_ps() : _mm512_load_ps(tp);
+                _mm512_store_ps(tp, _mm512_add_ps(t0v, sum[r][t]));
             } else {
                 _mm512_store_ps(run + r * 64 + t * 16, sum[r][t]);
             }
@@ -952,7 +954,6 @@ static void pk_item(const void *job, int64_t item, char *scratch)
     const int nt = (int)(l->tiles - t0 < PK_NT ? l->tiles - t0 : PK_NT);
     uint16_t *pw = (uint16_t *)(void *)scratch;
     float *run = (float *)(void *)(scratch + PK_PANEL_WORDS * 2), *total = run + (size_t)PK_MC * 64;
-    memset(total, 0, (size_t)(m1 - m0) * 64 * sizeof(float));
     for (int64_t sb = 0; sb < l->kbp / SB_BLOCKS; sb++) {
         pk_decode(l, t0, nt, sb, pw);
         const int64_t j0 = sb * SB_BLOCKS;
