@@ -335,17 +335,21 @@ AI void quantize_group_fast(const void *x, const qk_dtype xdt, int64_t j, const 
 #define SUB_LO(e5) (SAT_T(e5) - ((e5) ? 8 : 24)) /* T + floor((-mb*128 + 2^(sh-1) - 1) / 2^sh) */
 #define SUB_HI(e5) (SAT_T(e5) + ((e5) ? 4 : 8))  /* T + (127 + 2^(sh-1)) >> sh */
 
-AI void quantize_group_bf16(const uint16_t *p, uint8_t *qb, uint8_t *sb, const qk_mx_options *o,
-                            const int rceil, const int e5, const int away, const uint32_t *ms)
+/* the 16 scale bytes (u32 lanes) of 16 whole BF16 blocks */
+AI __m512i group_scales_bf16(const uint16_t *p, const int rceil, const int e5, const uint32_t *ms)
+{
+    const __m512i abs = _mm512_set1_epi16(0x7fff);
+    __m512i a[16];
+    for (int t = 0; t < 16; t++) a[t] = _mm512_and_si512(_mm512_loadu_si512(p + 32 * t), abs);
+    return scale_bytes(_mm512_slli_epi32(max_tree16(a, 1), 16), rceil, e5, ms);
+}
+
+/* the codes of 16 whole BF16 blocks with scale bytes b (group_scales_bf16) */
+AI void quantize_group_bf16(const uint16_t *p, __m512i b, uint8_t *qb, uint8_t *sb, const qk_mx_options *o,
+                            const int e5, const int away)
 {
     const int sh = 7 - MBITS(e5);
     const __m512i abs = _mm512_set1_epi16(0x7fff);
-    __m512i b;
-    {
-        __m512i a[16];
-        for (int t = 0; t < 16; t++) a[t] = _mm512_and_si512(_mm512_loadu_si512(p + 32 * t), abs);
-        b = scale_bytes(_mm512_slli_epi32(max_tree16(a, 1), 16), rceil, e5, ms);
-    }
     _mm_storeu_si128((__m128i *)sb, _mm512_cvtepi32_epi8(b));
     const __mmask16 special = _mm512_cmpeq_epi32_mask(b, _mm512_set1_epi32(0xff)) |
                               _mm512_cmplt_epi32_mask(b, _mm512_set1_epi32(FAST_MIN_SCALE));
@@ -404,9 +408,18 @@ AI void quantize_row(const void *x, const qk_dtype xdt, int64_t K, const qk_mx_o
     const uint32_t *ms = modelslim ? qk_mx_modelslim_thresholds(xdt) : NULL;
     const int64_t nfull = K / 32, kb = qk_mx_blocks(K);
     int64_t j = 0;
-    if (xdt == QK_DTYPE_BF16)
-        for (; j + 16 <= nfull; j += 16)
-            quantize_group_bf16((const uint16_t *)x + 32 * j, q + 32 * j, scale + j, o, rceil, e5, away, ms);
+    if (xdt == QK_DTYPE_BF16 && nfull >= 16) {
+        /* the next group's scales are computed before this group's codes: the max tree's
+           long dependency chain then overlaps the element work */
+        const uint16_t *p = (const uint16_t *)x;
+        __m512i b = group_scales_bf16(p, rceil, e5, ms);
+        for (; j + 16 <= nfull; j += 16) {
+            __m512i bn = b;
+            if (j + 32 <= nfull) bn = group_scales_bf16(p + 32 * (j + 16), rceil, e5, ms);
+            quantize_group_bf16(p + 32 * j, b, q + 32 * j, scale + j, o, e5, away);
+            b = bn;
+        }
+    }
     for (; j + 16 <= nfull; j += 16) {
         const __m512i b = scale_bytes(group_amax(x, xdt, j), rceil, e5, ms);
         _mm_storeu_si128((__m128i *)(scale + j), _mm512_cvtepi32_epi8(b));
