@@ -310,16 +310,19 @@ static float sum_f32(const float *x, int64_t begin, int64_t end)
     return s;
 }
 
-typedef struct bw_ctx {
-    float **x, **y;        /* nbuf buffers each (y NULL: read only) */
+struct qkb_bw_ctx {
+    float **x, **y;        /* nbuf buffers each (y NULL: read only); shared by the modes */
     int nbuf;
     int64_t n;             /* floats per buffer */
     bool all_threads, nt;
+    int64_t batch;         /* copies (reads) per call of the mode's variant */
+    int64_t iter;          /* copies made, for the rotation */
     /* the current pair, for the parallel range function */
     const float *cx;
     float *cy;
     float sink[64];
-} bw_ctx;
+};
+typedef struct qkb_bw_ctx bw_ctx;
 
 static void copy_range(const void *p, int64_t b, int64_t e)
 {
@@ -336,10 +339,9 @@ static void read_range(const void *p, int64_t b, int64_t e)
     c->sink[(b * 7) & 63] += s; /* keeps the loads; races on the sink are harmless here */
 }
 
-static void bw_call(void *p, int64_t iter)
+static void bw_once(bw_ctx *c)
 {
-    bw_ctx *c = (bw_ctx *)p;
-    int k = (int)(iter % c->nbuf);
+    int k = (int)(c->iter++ % c->nbuf);
     c->cx = c->x[k];
     c->cy = c->y ? c->y[k] : NULL;
     qk_range_fn fn = c->y ? copy_range : read_range;
@@ -348,39 +350,90 @@ static void bw_call(void *p, int64_t iter)
     else fn(c, 0, items);
 }
 
-static qkb_bandwidth measure_bw(size_t buf_bytes, size_t counted, int nbuf, bool copy, bool quick)
+/* one call of a mode's variant: `batch` copies (reads), each on the next buffer set */
+static void bw_call(void *p, int64_t iter)
+{
+    bw_ctx *c = (bw_ctx *)p;
+    (void)iter;
+    for (int64_t i = 0; i < c->batch; i++) bw_once(c);
+}
+
+static int limit_begin(qkb_limit *l, size_t buf_bytes, size_t counted, int nbuf, bool copy,
+                       int warmup, int reps, qkb_variant *v)
+{
+    memset(l, 0, sizeof *l);
+    if (nbuf < 1) nbuf = 1;
+    l->counted = counted;
+    l->nbuf = nbuf;
+    int64_t n = (int64_t)(buf_bytes / sizeof(float));
+    if (n < 16) n = 16;
+    float **x = calloc((size_t)nbuf, sizeof(float *));
+    float **y = copy ? calloc((size_t)nbuf, sizeof(float *)) : NULL;
+    if (!x || (copy && !y)) abort();
+    for (int k = 0; k < nbuf; k++) {
+        x[k] = qkb_alloc((size_t)n * sizeof(float));
+        for (int64_t i = 0; i < n; i++) x[k][i] = (float)(i & 255) * 0.25f;
+        if (copy) y[k] = qkb_alloc((size_t)n * sizeof(float));
+    }
+    /* 1 thread, all threads and, for copies whose buffers exceed the LLC, non-temporal
+       stores */
+    const bool dram = (size_t)nbuf * (copy ? 2 : 1) * buf_bytes > qkb_llc_bytes();
+    const int modes = copy && dram ? 3 : 2;
+    for (int m = 0; m < modes; m++) {
+        bw_ctx *c = calloc(1, sizeof *c);
+        if (!c) abort();
+        c->x = x;
+        c->y = y;
+        c->nbuf = nbuf;
+        c->n = n;
+        c->all_threads = m > 0;
+        c->nt = m == 2;
+        c->batch = 1;
+        /* enough copies per call to last >= ~20 us, so that the timer's cost vanishes */
+        bw_once(c);
+        const double t0 = qkb_now();
+        bw_once(c);
+        const double per = qkb_now() - t0;
+        c->batch = per > 0 ? (int64_t)ceil(20e-6 / per) : 1000;
+        if (c->batch < 1) c->batch = 1;
+        if (c->batch > 100000) c->batch = 100000;
+        l->ctx[m] = c;
+        memset(&v[m], 0, sizeof v[m]);
+        v[m].fn = bw_call;
+        v[m].ctx = c;
+        v[m].warmup = warmup;
+        v[m].reps = reps;
+        v[m].max_seconds = QKB_RUN_CAP_S;
+        v[m].min_reps = reps < 40 ? reps : 40;
+    }
+    l->n = modes;
+    return modes;
+}
+
+int qkb_limit_copy_begin(qkb_limit *l, size_t footprint, int nbuf, int warmup, int reps,
+                         qkb_variant *v)
+{
+    return limit_begin(l, footprint / 2,
+                       footprint / 2 / sizeof(float) < 16 ? 16 * 2 * sizeof(float) : footprint,
+                       nbuf, true, warmup, reps, v);
+}
+
+int qkb_limit_read_begin(qkb_limit *l, size_t bytes, int nbuf, int warmup, int reps, qkb_variant *v)
+{
+    return limit_begin(l, bytes, bytes < 64 ? 64 : bytes, nbuf, false, warmup, reps, v);
+}
+
+qkb_bandwidth qkb_limit_end(qkb_limit *l, const qkb_variant *v)
 {
     qkb_bandwidth r;
     memset(&r, 0, sizeof r);
-    if (nbuf < 1) nbuf = 1;
-    r.nbuf = nbuf;
-    bw_ctx c;
-    memset(&c, 0, sizeof c);
-    c.nbuf = nbuf;
-    c.n = (int64_t)(buf_bytes / sizeof(float));
-    if (c.n < 16) c.n = 16;
-    c.x = calloc((size_t)nbuf, sizeof(float *));
-    c.y = copy ? calloc((size_t)nbuf, sizeof(float *)) : NULL;
-    if (!c.x || (copy && !c.y)) abort();
-    for (int k = 0; k < nbuf; k++) {
-        c.x[k] = qkb_alloc((size_t)c.n * sizeof(float));
-        for (int64_t i = 0; i < c.n; i++) c.x[k][i] = (float)(i & 255) * 0.25f;
-        if (copy) c.y[k] = qkb_alloc((size_t)c.n * sizeof(float));
-    }
-    const int warm = quick ? 3 : 10, reps = quick ? 10 : 50;
-    const bool dram = (size_t)nbuf * (copy ? 2 : 1) * buf_bytes > qkb_llc_bytes();
-    c.all_threads = false;
-    double t1 = qkb_time_batched(bw_call, &c, warm, reps).p50;
-    c.all_threads = true;
-    double ta = qkb_time_batched(bw_call, &c, warm, reps).p50;
-    double tn = 0;
-    if (copy && dram) {
-        c.nt = true;
-        tn = qkb_time_batched(bw_call, &c, warm, reps).p50;
-    }
-    r.gbps_1t = counted / t1 * 1e-9;
-    r.gbps_all = counted / ta * 1e-9;
-    r.gbps_nt = tn > 0 ? counted / tn * 1e-9 : 0;
+    r.nbuf = l->nbuf;
+    double g[3] = {0, 0, 0};
+    for (int m = 0; m < l->n; m++)
+        if (v[m].st.p50 > 0) g[m] = (double)l->counted / (v[m].st.p50 / (double)l->ctx[m]->batch) * 1e-9;
+    r.gbps_1t = g[0];
+    r.gbps_all = g[1];
+    r.gbps_nt = g[2];
     r.gbps = r.gbps_1t;
     r.threads = 1;
     if (r.gbps_all > r.gbps) {
@@ -392,25 +445,41 @@ static qkb_bandwidth measure_bw(size_t buf_bytes, size_t counted, int nbuf, bool
         r.threads = qk_get_num_threads();
         r.nt = true;
     }
-    for (int k = 0; k < nbuf; k++) {
-        free(c.x[k]);
-        if (copy) free(c.y[k]);
+    if (l->n > 0) {
+        bw_ctx *c = l->ctx[0];
+        for (int k = 0; k < c->nbuf; k++) {
+            free(c->x[k]);
+            if (c->y) free(c->y[k]);
+        }
+        free(c->x);
+        free(c->y);
     }
-    free(c.x);
-    free(c.y);
+    for (int m = 0; m < l->n; m++) free(l->ctx[m]);
+    memset(l, 0, sizeof *l);
     return r;
+}
+
+/* a limit on its own: its modes timed interleaved with each other */
+static qkb_bandwidth measure_alone(qkb_limit *l, qkb_variant *v, int n)
+{
+    qkb_time_interleaved(v, n, 10);
+    return qkb_limit_end(l, v);
 }
 
 qkb_bandwidth qkb_copy_bandwidth(size_t footprint, int nbuf, bool quick)
 {
-    return measure_bw(footprint / 2, (footprint / 2 / sizeof(float) < 16 ? 16 * 2 * sizeof(float)
-                                                                          : footprint),
-                      nbuf, true, quick);
+    qkb_limit l;
+    qkb_variant v[QKB_LIMIT_VARIANTS];
+    const int n = qkb_limit_copy_begin(&l, footprint, nbuf, quick ? 3 : 10, quick ? 10 : 50, v);
+    return measure_alone(&l, v, n);
 }
 
 qkb_bandwidth qkb_read_bandwidth(size_t bytes, int nbuf, bool quick)
 {
-    return measure_bw(bytes, bytes < 64 ? 64 : bytes, nbuf, false, quick);
+    qkb_limit l;
+    qkb_variant v[QKB_LIMIT_VARIANTS];
+    const int n = qkb_limit_read_begin(&l, bytes, nbuf, quick ? 3 : 10, quick ? 10 : 50, v);
+    return measure_alone(&l, v, n);
 }
 
 /* ---- comparisons ---- */

@@ -121,11 +121,29 @@ typedef struct qkb_bandwidth {
    `footprint` (x and y footprint/2 each), rotated through nbuf distinct (x, y) pairs, with
    1 thread and with all threads (and, for DRAM-resident footprints, with non-temporal
    stores); bytes counted = footprint. AVX-512 when compiled with __AVX512F__, else AVX2,
-   else plain C. */
+   else plain C. The limit is the best mode's p50. */
 qkb_bandwidth qkb_copy_bandwidth(size_t footprint, int nbuf, bool quick);
 /* Read bandwidth: a sum over a buffer of `bytes` (f32), nbuf rotated buffers, best of
    1 thread and all threads. */
 qkb_bandwidth qkb_read_bandwidth(size_t bytes, int nbuf, bool quick);
+/* The same limits timed inside an interleaved run: begin appends the limit's modes to v as
+   variants (at most QKB_LIMIT_VARIANTS, each with warmup + reps calls, capped like the
+   protocol's runs) and returns their number; after qkb_time_interleaved, end gives the
+   limit from those variants' p50 and frees the buffers. Timed beside the ops it bounds, the
+   limit sees the same machine: on a shared host the copy bandwidth of a DRAM footprint
+   moves by up to 2x from one minute to the next, so a limit measured before or after the
+   ops does not bound them. A mode's call makes enough copies (reads) to last >= ~20 us;
+   the limit is per copy. */
+#define QKB_LIMIT_VARIANTS 3
+typedef struct qkb_limit {
+    struct qkb_bw_ctx *ctx[QKB_LIMIT_VARIANTS];
+    int n, nbuf;
+    size_t counted;
+} qkb_limit;
+int qkb_limit_copy_begin(qkb_limit *l, size_t footprint, int nbuf, int warmup, int reps,
+                         qkb_variant *v);
+int qkb_limit_read_begin(qkb_limit *l, size_t bytes, int nbuf, int warmup, int reps, qkb_variant *v);
+qkb_bandwidth qkb_limit_end(qkb_limit *l, const qkb_variant *v);
 
 /* ---- comparisons of A against B over the same cells ---- */
 typedef struct qkb_compare {

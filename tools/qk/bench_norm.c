@@ -278,7 +278,7 @@ static void run_cell(const bench *bn, cell *c)
     for (int o = 0; o < NOPS; o++) {
         /* the variants of this op: every provider, the unfused path per provider (add
            form), the composite; timed interleaved */
-        enum { MAXV = 2 * MAXP + 1 };
+        enum { MAXV = 2 * MAXP + 1 + QKB_LIMIT_VARIANTS };
         call_ctx x[MAXV];
         qkb_variant v[MAXV];
         run_result *res[MAXV];
@@ -294,12 +294,13 @@ static void run_cell(const bench *bn, cell *c)
         x[nv] = (call_ctx){c, &b, o, c->nbuf[o], M_COMPOSITE, NULL};
         res[nv++] = &c->comp[o];
         for (int k = 0; k < nv; k++) plan_variant(bn, &x[k], &v[k], res[k]);
-        /* the limit, measured before and after the variants: the better of the two, so
-           that a burst of other work during one measurement does not lower it */
-        qkb_bandwidth before = qkb_copy_bandwidth(c->bytes[o], c->nbuf[o], bn->opt.quick);
-        qkb_time_interleaved(v, nv, bn->opt.quick ? 5 : INTERLEAVE_BLOCK);
-        qkb_bandwidth after = qkb_copy_bandwidth(c->bytes[o], c->nbuf[o], bn->opt.quick);
-        c->copy[o] = after.gbps > before.gbps ? after : before;
+        /* the limit: its modes are variants of the same interleaved run, so that it sees
+           the machine the ops saw */
+        qkb_limit lim;
+        const int nl = qkb_limit_copy_begin(&lim, c->bytes[o], c->nbuf[o], bn->opt.quick ? 2 : 50,
+                                            bn->opt.quick ? 5 : 200, &v[nv]);
+        qkb_time_interleaved(v, nv + nl, bn->opt.quick ? 5 : INTERLEAVE_BLOCK);
+        c->copy[o] = qkb_limit_end(&lim, &v[nv]);
         for (int k = 0; k < nv; k++) finish_variant(bn, &x[k], &v[k], res[k]);
         for (int p = 0; p < bn->np && o == OP_ADD; p++) {
             call_ctx f = {c, &b, o, c->nbuf[o], M_PROVIDER, bn->prov[p]};
@@ -347,7 +348,7 @@ static void print_op_table(const bench *bn, int o)
     qkb_table t;
     qkb_table_init(&t, spec);
     printf("\n%s  (p50 per call; frac = bytes moved / p50 / copy bandwidth of the same "
-           "footprint; vs comp = composite / staged)\n(copy: best of 1 thread, all threads and, "
+           "footprint; vs comp = composite / staged)\n(copy: timed interleaved with the ops, best of 1 thread, all threads and, "
            "for DRAM, non-temporal stores (nt); res: cache- or DRAM-resident inputs)\n",
            qk_norm_op_name(op_kind[o]));
     qkb_table_header(&t, titles);
@@ -535,8 +536,9 @@ static bool write_json(const bench *bn, const comparison *cmp, int ncmp, const q
     qkb_json_num(&j, "run_cap_s", QKB_RUN_CAP_S);
     qkb_json_str(&j, "timing", "the runs of one cell and op take turns (round robin): in a "
                  "turn a run makes one untimed call, then 10 calls each timed on its own; the "
-                 "warmup count includes those untimed calls; the copy limit is the better of "
-                 "a measurement before and one after the runs");
+                 "warmup count includes those untimed calls; the copy limit's modes (1 thread, "
+                 "all threads, non-temporal stores) are runs of the same rotation, each call "
+                 "a batch of >= 20 us, and the limit is the best mode's p50");
     qkb_json_int(&j, "fraction_min_bytes", FRACTION_MIN_BYTES);
     qkb_json_str(&j, "residency_rule", "DRAM when the footprint exceeds LLC/2; then buffers "
                  "rotate so that >= 2 x LLC is touched before a set repeats");
