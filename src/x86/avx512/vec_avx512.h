@@ -181,7 +181,7 @@ static inline double sq_final(const sq_state *s, const uint16_t *x, int64_t H,
 
 /* 32 elements of rnd(x + res) packed as BF16 (what vst2_bf16 stores), stored to ro; n < 32
    stores and returns only the first n (the rest zero). */
-static inline __m512i vadd_pack_bf16(const uint16_t *x, const uint16_t *res, uint16_t *ro)
+static inline __m512i vadd_pack_bf16_st(const uint16_t *x, const uint16_t *res, uint16_t *ro, int nt)
 {
     vf a = vadd(vld_bf16(x), vld_bf16(res)), b = vadd(vld_bf16(x + VL), vld_bf16(res + VL));
     __mmask16 sa = _mm512_fpclass_ps_mask(a, 0x20), sb = _mm512_fpclass_ps_mask(b, 0x20);
@@ -190,8 +190,14 @@ static inline __m512i vadd_pack_bf16(const uint16_t *x, const uint16_t *res, uin
         u = (__m512i)_mm512_cvtne2ps_pbh(b, a);
     else
         u = _mm512_inserti64x4(_mm512_castsi256_si512(vcvt_to_bf16(a)), vcvt_to_bf16(b), 1);
-    _mm512_storeu_si512((void *)ro, u);
+    if (nt) _mm512_stream_si512((void *)ro, u);
+    else _mm512_storeu_si512((void *)ro, u);
     return u;
+}
+/* nt: ro with a streaming store (ro 64-byte aligned; see vst_nt_f32) */
+static inline __m512i vadd_pack_bf16(const uint16_t *x, const uint16_t *res, uint16_t *ro)
+{
+    return vadd_pack_bf16_st(x, res, ro, 0);
 }
 static inline __m512i vadd_pack_bf16_n(const uint16_t *x, const uint16_t *res, uint16_t *ro,
                                        int64_t n)
