@@ -304,6 +304,19 @@ AI void group_fast_32(const char *x, const qk_dtype xdt, __m256i kaddv, const in
             if (sub[t]) redo_elements(x + bb * t, xdt, sub[t], bs[t], o, q + 32 * t);
 }
 
+/* the 8 scale bytes (u32 lanes) of the whole blocks [j, j + 8) */
+AI __m256i group_scales(const char *xc, const qk_dtype xdt, size_t es, int64_t j, const int rceil,
+                        const int e5, const uint32_t *ms)
+{
+    __m256i v[8];
+    for (int t = 0; t < 8; t++) {
+        /* 2 KiB ahead: +10-18% on inputs from DRAM, -2-3% from cache (2 threads, Zen 3) */
+        _mm_prefetch(xc + (size_t)(32 * (j + t)) * es + 2048, _MM_HINT_T0);
+        v[t] = block_magnitudes(xc + (size_t)(32 * (j + t)) * es, xdt);
+    }
+    return scale_bytes(maxima_to_f32(max_tree8(v, xdt != QK_DTYPE_F32), xdt), rceil, e5, ms);
+}
+
 AI void quantize_row(const void *x, const qk_dtype xdt, int64_t K, const qk_mx_options *o,
                      uint8_t *q, uint8_t *scale, const int e5, const int away)
 {
@@ -314,14 +327,12 @@ AI void quantize_row(const void *x, const qk_dtype xdt, int64_t K, const qk_mx_o
     const int64_t nfull = K / 32;
     const char *xc = (const char *)x;
     int64_t j = 0;
+    /* the next group's scales are computed before this group's codes: the max tree's long
+       dependency chain then overlaps the element work */
+    __m256i bnext = nfull >= 8 ? group_scales(xc, xdt, es, 0, rceil, e5, ms) : _mm256_setzero_si256();
     for (; j + 8 <= nfull; j += 8) {
-        __m256i v[8];
-        for (int t = 0; t < 8; t++) {
-            /* 2 KiB ahead: +10-18% on inputs from DRAM, -2-3% from cache (2 threads, Zen 3) */
-            _mm_prefetch(xc + (size_t)(32 * (j + t)) * es + 2048, _MM_HINT_T0);
-            v[t] = block_magnitudes(xc + (size_t)(32 * (j + t)) * es, xdt);
-        }
-        const __m256i b = scale_bytes(maxima_to_f32(max_tree8(v, xdt != QK_DTYPE_F32), xdt), rceil, e5, ms);
+        const __m256i b = bnext;
+        if (j + 16 <= nfull) bnext = group_scales(xc, xdt, es, j + 8, rceil, e5, ms);
         const __m256i special = _mm256_or_si256(_mm256_cmpeq_epi32(b, _mm256_set1_epi32(0xff)),
                                                 _mm256_cmpgt_epi32(_mm256_set1_epi32(FAST_MIN_SCALE), b));
         int32_t bs[8];
