@@ -229,6 +229,127 @@ static void test_partial_overlap(void)
     CHECK(outputs_untouched(), "outputs written");
 }
 
+
+/* Every pair of tensors that must not overlap, overlapping, in three layouts: contiguous
+   2-D rows, 2-D rows 8 elements apart beyond H, and 3-D (the two 2-D layouts take the
+   library's short checks, the 3-D one its full sequence). Each call must fail with
+   QK_ERR_LAYOUT naming both tensors and leave all memory as it was; the allowed in-place
+   forms must pass in every layout, and an "in-place" output with other row strides fail. */
+enum { T_X, T_W, T_RES, T_GATE, T_OUT, T_RO, T_RSTD, T_N };
+static const char *const t_names[T_N] = {"x", "weight", "residual", "gate", "out", "residual_out", "rstd"};
+#define AL_REG (R * (H + 8) + 64)
+static float arena[2 * T_N * AL_REG], arena_copy[2 * T_N * AL_REG];
+
+static qk_tensor al_tensor(int id, float *p, int layout)
+{
+    qk_tensor t;
+    memset(&t, 0, sizeof t);
+    t.data = p;
+    t.dtype = QK_DTYPE_F32;
+    if (id == T_W) {
+        t.ndim = 1; t.shape[0] = H; t.stride[0] = 1;
+    } else if (id == T_RSTD) {
+        t.ndim = layout == 2 ? 2 : 1;
+        if (layout == 2) { t.shape[0] = 2; t.shape[1] = R / 2; t.stride[0] = R / 2; t.stride[1] = 1; }
+        else { t.shape[0] = R; t.stride[0] = 1; }
+    } else if (layout < 2) {
+        t.ndim = 2; t.shape[0] = R; t.shape[1] = H;
+        t.stride[0] = layout ? H + 8 : H; t.stride[1] = 1;
+    } else {
+        t.ndim = 3; t.shape[0] = 2; t.shape[1] = R / 2; t.shape[2] = H;
+        t.stride[0] = (R / 2) * (H + 8); t.stride[1] = H + 8; t.stride[2] = 1;
+    }
+    return t;
+}
+
+/* op: 0 rms_norm with rstd, 1 gemma_rms_norm, 2 add_rms_norm, 3 add_gemma, 4 gated;
+   tensor b's data is placed `shift` elements into tensor a's (-1: at a's last element;
+   a < 0: none moved) */
+static qk_status al_call(int op, int layout, int a, int b, int64_t shift, const qk_tensor *override_out)
+{
+    float *base[T_N];
+    for (int k = 0; k < T_N; k++) base[k] = arena + (size_t)2 * k * AL_REG;
+    qk_tensor t[T_N];
+    if (a >= 0 && shift < 0) {   /* b starts at a's last element */
+        const qk_tensor ta = al_tensor(a, base[a], layout);
+        shift = 0;
+        for (int32_t d = 0; d < ta.ndim; d++) shift += (ta.shape[d] - 1) * ta.stride[d];
+    }
+    if (a >= 0) base[b] = base[a] + shift;
+    for (int k = 0; k < T_N; k++) t[k] = al_tensor(k, base[k], layout);
+    if (override_out) { t[T_OUT] = *override_out; t[T_OUT].data = base[T_X]; }
+    switch (op) {
+    case 0: return qk_rms_norm(&t[T_X], &t[T_W], 1e-6f, &t[T_OUT], &t[T_RSTD]);
+    case 1: return qk_gemma_rms_norm(&t[T_X], &t[T_W], 1e-6f, &t[T_OUT], NULL);
+    case 2: return qk_add_rms_norm(&t[T_X], &t[T_W], &t[T_RES], 1e-6f, &t[T_OUT], &t[T_RO]);
+    case 3: return qk_add_gemma_rms_norm(&t[T_X], &t[T_W], &t[T_RES], 1e-6f, &t[T_OUT], &t[T_RO]);
+    default: return qk_rms_norm_gated(&t[T_X], &t[T_W], &t[T_GATE], 1e-6f, &t[T_OUT]);
+    }
+}
+
+static void test_aliasing_every_pair(void)
+{
+    /* {op, tensor a, tensor b (one of them an output), shift of b into a} */
+    static const struct { int op, a, b, shift; } cases[] = {
+        {0, T_OUT, T_X, 1}, {0, T_OUT, T_W, H / 2}, {0, T_RSTD, T_X, 1}, {0, T_RSTD, T_W, 1},
+        {0, T_RSTD, T_OUT, 1},
+        {1, T_OUT, T_X, 1}, {1, T_OUT, T_X, H / 2}, {1, T_OUT, T_W, 3},
+        {2, T_OUT, T_X, H + 1}, {2, T_OUT, T_W, H / 2}, {2, T_RO, T_RES, 1}, {2, T_RO, T_X, 0},
+        {2, T_RO, T_X, H / 2}, {2, T_RO, T_W, 5}, {2, T_OUT, T_RES, 0}, {2, T_OUT, T_RES, 7},
+        {2, T_OUT, T_RO, 0}, {2, T_OUT, T_RO, H},
+        {3, T_OUT, T_X, 1}, {3, T_OUT, T_W, 1}, {3, T_RO, T_RES, H / 2}, {3, T_RO, T_X, 3},
+        {3, T_RO, T_W, H - 1}, {3, T_OUT, T_RES, 1}, {3, T_OUT, T_RO, 2 * H},
+        {4, T_OUT, T_X, 1}, {4, T_OUT, T_W, H / 2}, {4, T_OUT, T_GATE, 0}, {4, T_OUT, T_GATE, 9},
+        /* b from a's last element on (shift -1): a's extent must reach its last byte */
+        {0, T_OUT, T_W, -1}, {0, T_RSTD, T_W, -1}, {1, T_OUT, T_X, -1}, {2, T_RO, T_RES, -1},
+        {2, T_OUT, T_RES, -1}, {3, T_RO, T_X, -1}, {3, T_OUT, T_RO, -1}, {3, T_RO, T_W, -1},
+        {4, T_OUT, T_GATE, -1},
+        /* an output from an input's last element on */
+        {1, T_W, T_OUT, -1}, {0, T_W, T_RSTD, -1}, {3, T_W, T_RO, -1}, {3, T_X, T_RO, -1},
+        {2, T_RES, T_OUT, -1}, {4, T_GATE, T_OUT, -1}, {0, T_X, T_RSTD, -1},
+    };
+    for (size_t i = 0; i < sizeof arena / sizeof arena[0]; i++) arena[i] = 0.25f + (float)(i % 7);
+    memcpy(arena_copy, arena, sizeof arena);
+    for (int layout = 0; layout < 3; layout++) {
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            const int a = cases[c].a, b = cases[c].b;
+            /* the message names the output first */
+            const int on = a == T_OUT || a == T_RO || a == T_RSTD ? a : b, in = on == a ? b : a;
+            qk_status st = al_call(cases[c].op, layout, a, b, cases[c].shift, NULL);
+            const char *msg = qk_last_error();
+            char an[32], bn[32];
+            snprintf(an, sizeof an, ": %s ", t_names[on]);
+            snprintf(bn, sizeof bn, "overlaps %s", t_names[in]);
+            CHECK(st == QK_ERR_LAYOUT && strstr(msg, an) && strstr(msg, bn),
+                  "layout %d op %d: %s placed %d into %s: %s (%s)", layout, cases[c].op,
+                  t_names[b], cases[c].shift, t_names[a], qk_status_name(st), msg);
+            CHECK(!memcmp(arena, arena_copy, sizeof arena), "layout %d case %zu: memory written",
+                  layout, c);
+            memcpy(arena, arena_copy, sizeof arena);
+        }
+        /* the in-place forms: out = x, residual_out = residual */
+        for (int op = 0; op < 5; op++) {
+            CHECK(al_call(op, layout, T_X, T_OUT, 0, NULL) == QK_OK, "layout %d op %d out = x: %s",
+                  layout, op, qk_last_error());
+            if (op == 2 || op == 3)
+                CHECK(al_call(op, layout, T_RES, T_RO, 0, NULL) == QK_OK,
+                      "layout %d op %d residual_out = residual: %s", layout, op, qk_last_error());
+            memcpy(arena, arena_copy, sizeof arena);
+        }
+        /* out on x's data but with other row strides is a partial overlap, not in place */
+        qk_tensor o = al_tensor(T_OUT, NULL, layout == 1 ? 0 : 1);
+        if (layout == 2) { o = al_tensor(T_OUT, NULL, 2); o.stride[0] += 1; }
+        for (int op = 0; op < 5; op++) {
+            qk_status st = al_call(op, layout, -1, 0, 0, &o);
+            CHECK(st == QK_ERR_LAYOUT && strstr(qk_last_error(), "out partially overlaps x"),
+                  "layout %d op %d: out on x with other strides: %s (%s)", layout, op,
+                  qk_status_name(st), qk_last_error());
+            CHECK(!memcmp(arena, arena_copy, sizeof arena), "layout %d op %d: memory written", layout, op);
+            memcpy(arena, arena_copy, sizeof arena);
+        }
+    }
+}
+
 static void test_in_place_forms_allowed(void)
 {
     setup();
@@ -293,6 +414,7 @@ int main(void)
     RUN(test_last_dim_not_contiguous);
     RUN(test_partial_overlap);
     RUN(test_in_place_forms_allowed);
+    RUN(test_aliasing_every_pair);
     RUN(test_null_arguments);
     return qk_test_finish();
 }
