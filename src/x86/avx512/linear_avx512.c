@@ -75,8 +75,14 @@
 #define PB 8                     /* GEMM panels per work item: decoded k-chunks stay in L2 */
 #define FOLD_SPAN 54             /* folded kernel: largest sw span over a weight row's nonzero blocks */
 #define FK_MM 12                 /* folded kernel: most rows per register group (see fk_dispatch) */
-#define FK_PREFETCH (2 * SB_BYTES) /* folded kernel: bytes ahead in a tile's stream */
-#define FK_PREFETCH_L2 (8 * SB_BYTES) /* and into L2 further ahead (measured: 3-8% at M = 1, 2 from DRAM) */
+/* folded kernel: bytes ahead in a tile's stream. Groups of up to 3 rows prefetch one
+   super-block ahead into L1, the larger groups two ahead into L1 and eight ahead into L2.
+   On the 2-core Zen 5 (2026-12-07, interleaved A/B, 2 threads, weights from DRAM) the L2
+   prefetch costs M = 1, 2 10-20% (the hardware's own streams serve them; one ahead into L1
+   and nothing further: 0.83-0.92x the time) and gains M = 8, 16 14-20%, M = 64 3% */
+#define FK_PREFETCH_SMALL SB_BYTES
+#define FK_PREFETCH (2 * SB_BYTES)
+#define FK_PREFETCH_L2 (8 * SB_BYTES)
 #define FK_GROUP_MAX 8           /* folded kernel: most tiles per group (L2: x~ chunk + codes + sums) */
 #define FK_SPAN 40               /* folded kernel: largest sx span over a row's nonzero blocks */
 #define FK_XOFF 64               /* folded kernel: x~ offset, 2^64 (see the folded kernel) */
@@ -605,8 +611,12 @@ INLINE void fk_block(const int MM, const int TT, __m512 acc[FK_MM][4], const uin
     for (int c = 0; c < 8; c++) {
         __m512i lo[4], hi[4];
         for (int t = 0; t < TT; t++) {
-            _mm_prefetch((const char *)blk[t] + 64 * c + FK_PREFETCH, _MM_HINT_T0);
-            _mm_prefetch((const char *)blk[t] + 64 * c + FK_PREFETCH_L2, _MM_HINT_T1);
+            if (MM <= 3) {
+                _mm_prefetch((const char *)blk[t] + 64 * c + FK_PREFETCH_SMALL, _MM_HINT_T0);
+            } else {
+                _mm_prefetch((const char *)blk[t] + 64 * c + FK_PREFETCH, _MM_HINT_T0);
+                _mm_prefetch((const char *)blk[t] + 64 * c + FK_PREFETCH_L2, _MM_HINT_T1);
+            }
             const __m512i v = _mm512_loadu_si512(blk[t] + 64 * c);
             lo[t] = dec_lo_pure(v, m87f0);
             hi[t] = dec_hi_pure(v, m87f0);
