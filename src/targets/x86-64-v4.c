@@ -15,14 +15,17 @@
  *     group of up to 12 rows, split evenly over ceil(M / 12) groups, one FMA per block;
  *     E4M3 subnormal weight codes added from per-block corrections, 2026-12-04: M = 512
  *     (5120, 5120) 70-75 -> 68 ms; each tile's stream also prefetched into L2 8 super-blocks
- *     ahead, 2026-12-05: M = 1, 2 from DRAM 0.92-0.97x the time). It matched the exact GEMV at M = 1..3
+ *     ahead, 2026-12-05: M = 1, 2 from DRAM 0.92-0.97x the time on the Zen 4; on the Zen 5,
+     2026-12-07, groups of up to 3 rows prefetch one super-block ahead into L1 only: M = 1..3
+     0.80-0.94x the time there). It matched the exact GEMV at M = 1..3
  *     (both at the weight stream: 0.85-0.93 of read bandwidth at M = 1 for 87.7 MiB), beat it
  *     at M = 4, and beat a BF16-panel GEMM (exact or folded) from M = 5 to 512: M = 16
  *     (5120, 5120) 3.60 -> 2.58 ms, M = 128 (17408, 5120) 109 -> 60 ms; at M = 512 it runs
  *     0.70-0.83 of the vdpbf16ps peak, where oneDNN's BF16 matmul runs 0.86-0.95.
  *   M >= 96, the same weights: the folded panel GEMM (each 4-tile panel decoded once per
- *     call, its block scales folded into the BF16 exponents; a 3 x 4 register tile; the
- *     folded kernel's bits). Interleaved A/B in one process, 2026-12-06: M = 512 0.88-0.95x
+ *     call, its block scales folded into the BF16 exponents; a 4 x 4 register tile, the
+ *     running sums in L1, since 2026-12-07: M = 512 0.93-0.96x the time of the 3 x 4 tile
+ *     with register sums on the Zen 5; the folded kernel's bits). Interleaved A/B in one process, 2026-12-06: M = 512 0.88-0.95x
  *     the folded kernel's time (5120, 5120) 66.5 -> 62.8 ms, (17408, 5120) 240 -> 212 ms;
  *     M = 96 / 128 0.89-0.98x; M = 64 / 72 / 80 0.95-1.05x (either way), so 96 is the start.
  *   a weight with a wider row (quantized weights span a few powers of two): the exact

@@ -832,7 +832,9 @@ static qk_status queue_run(item_fn run, const void *job, int64_t items, int64_t 
    commutes with the power of two), its corrections are added after the block's products as
    there, run + sum is the FMA run + sum · f, and total += run closes each GROUP_BLOCKS group;
    only where the running sums live differs (memory, per block, here). */
-#define PK_MR 3                  /* rows per register tile (its sums: 2 x PK_MR x PK_NT registers) */
+#ifndef PK_MR
+#define PK_MR 4                  /* rows per register tile (its sums: PK_MR x PK_NT registers) */
+#endif
 #define PK_NT 4                  /* tiles per panel (register tile: PK_MR x PK_NT) */
 #ifndef PK_MC
 #define PK_MC 512                /* rows per work item: run + total (256 KiB) stay in L2 */
@@ -871,19 +873,20 @@ static void pk_decode(const avx512_layout *l, int64_t t0, int nt, int64_t sb, ui
 
 /* Rows [m, m + RM) x the panel's TN tiles, super-block sb (blocks j0 .. j0 + 3): per block, the sum
    of its products (and corrections), run += it; run [r][64] carries a group's running sums from
-   one super-block to the next, and total [r][64] += run closes the group. xb: x~ of block j0,
-   row m (block-major, xjs apart). */
+   one block to the next, and total [r][64] += run closes the group. The running sums stay in
+   memory (L1), so that all the registers but the panel's TN and the broadcast hold the
+   RM x TN sums of products: the vdpbf16ps latency needs at least 12 independent sums at
+   2 per cycle (16 reach the peak on the Zen 5, 12 0.92 of it). xb: x~ of block j0, row m
+   (block-major, xjs apart). */
 INLINE void pk_micro(const int RM, const int TN, const int CORR, const avx512_layout *l, int64_t t0,
                      int64_t j0, const uint16_t *xb, int64_t xjs, const uint16_t *pw, float *run,
                      float *total)
 {
-    /* a group's first super-block starts its sums from zeros (an unconditional load: a select
-       here made the compiler keep the sums in memory) */
+    /* a group's first super-block starts its sums from zeros */
     static const float zeros[PK_MR * 64] __attribute__((aligned(64)));
-    const float *src = j0 % GROUP_BLOCKS ? run : zeros;
-    __m512 acc[PK_MR][PK_NT], sum[PK_MR][PK_NT];
-    for (int r = 0; r < RM; r++)
-        for (int t = 0; t < TN; t++) sum[r][t] = _mm512_load_ps(src + r * 64 + t * 16);
+    /* groups are whole super-blocks (GROUP_BLOCKS is a multiple of SB_BLOCKS, as is kbp) */
+    const int close = (j0 + SB_BLOCKS) % GROUP_BLOCKS == 0 || j0 + SB_BLOCKS == l->kbp;
+    __m512 acc[PK_MR][PK_NT];
     for (int i = 0; i < SB_BLOCKS; i++) {
         const int64_t j = j0 + i;
         const uint16_t *xi = xb + i * xjs, *pi = pw + (size_t)i * 16 * PK_NT * 32;
@@ -906,22 +909,20 @@ INLINE void pk_micro(const int RM, const int TN, const int CORR, const avx512_la
                 apply_corr(l, (t0 + t) * l->kbp + j, RM, a, 1, xi, QK_MX_BLOCK, f);
                 for (int r = 0; r < RM; r++) acc[r][t] = a[r];
             }
+        const float *src = i ? run : j0 % GROUP_BLOCKS ? run : zeros;
         for (int r = 0; r < RM; r++)
-            for (int t = 0; t < TN; t++) sum[r][t] = _mm512_add_ps(sum[r][t], acc[r][t]);
-    }
-    /* groups are whole super-blocks (GROUP_BLOCKS is a multiple of SB_BLOCKS, as is kbp) */
-    const int close = (j0 + SB_BLOCKS) % GROUP_BLOCKS == 0 || j0 + SB_BLOCKS == l->kbp;
-    for (int r = 0; r < RM; r++)
-        for (int t = 0; t < TN; t++) {
-            if (close) {
-                /* the first group's close adds to +0 without reading total (no memset) */
-                float *tp = total + r * 64 + t * 16;
-                const __m512 t0v = j0 < GROUP_BLOCKS ? _mm512_setzero_ps() : _mm512_load_ps(tp);
-                _mm512_store_ps(tp, _mm512_add_ps(t0v, sum[r][t]));
-            } else {
-                _mm512_store_ps(run + r * 64 + t * 16, sum[r][t]);
+            for (int t = 0; t < TN; t++) {
+                const __m512 sum = _mm512_add_ps(_mm512_load_ps(src + r * 64 + t * 16), acc[r][t]);
+                if (close && i == SB_BLOCKS - 1) {
+                    /* the first group's close adds to +0 without reading total (no memset) */
+                    float *tp = total + r * 64 + t * 16;
+                    const __m512 t0v = j0 < GROUP_BLOCKS ? _mm512_setzero_ps() : _mm512_load_ps(tp);
+                    _mm512_store_ps(tp, _mm512_add_ps(t0v, sum));
+                } else {
+                    _mm512_store_ps(run + r * 64 + t * 16, sum);
+                }
             }
-        }
+    }
 }
 
 /* CORR: the super-block holds corrections (a separate instance: the call in the corrections'
@@ -937,10 +938,19 @@ static void pk_dispatch(int RM, int TN, int CORR, const avx512_layout *l, int64_
         case 2: pk_micro(RMv, 2, Cv, l, t0, j0, xb, xjs, pw, run, total); return;                  \
         default: pk_micro(RMv, 1, Cv, l, t0, j0, xb, xjs, pw, run, total); return;                 \
         }
-    if (CORR)
-        switch (RM) { PKT(1, 1) PKT(2, 1) default: PKT(3, 1) }
-    else
-        switch (RM) { PKT(1, 0) PKT(2, 0) default: PKT(3, 0) }
+#if PK_MR == 3
+#define PKS(Cv) switch (RM) { PKT(1, Cv) PKT(2, Cv) default: PKT(3, Cv) }
+#elif PK_MR == 4
+#define PKS(Cv) switch (RM) { PKT(1, Cv) PKT(2, Cv) PKT(3, Cv) default: PKT(4, Cv) }
+#elif PK_MR == 5
+#define PKS(Cv) switch (RM) { PKT(1, Cv) PKT(2, Cv) PKT(3, Cv) PKT(4, Cv) default: PKT(5, Cv) }
+#elif PK_MR == 6
+#define PKS(Cv) switch (RM) { PKT(1, Cv) PKT(2, Cv) PKT(3, Cv) PKT(4, Cv) PKT(5, Cv) default: PKT(6, Cv) }
+#else
+#error "pk_dispatch has instances for 3 to 6 rows"
+#endif
+    if (CORR) PKS(1) else PKS(0)
+#undef PKS
 #undef PKT
 }
 
