@@ -22,12 +22,15 @@
  *     at M = 4, and beat a BF16-panel GEMM (exact or folded) from M = 5 to 512: M = 16
  *     (5120, 5120) 3.60 -> 2.58 ms, M = 128 (17408, 5120) 109 -> 60 ms; at M = 512 it runs
  *     0.70-0.83 of the vdpbf16ps peak, where oneDNN's BF16 matmul runs 0.86-0.95.
- *   M >= 96, the same weights: the folded panel GEMM (each 4-tile panel decoded once per
- *     call, its block scales folded into the BF16 exponents; a 4 x 4 register tile, the
- *     running sums in L1, since 2026-12-07: M = 512 0.93-0.96x the time of the 3 x 4 tile
- *     with register sums on the Zen 5; the folded kernel's bits). Interleaved A/B in one process, 2026-12-06: M = 512 0.88-0.95x
+ *   M >= 32 (96 until 2026-12-07), the same weights: the folded panel GEMM (each 4-tile
+ *     panel decoded once per call, its block scales folded into the BF16 exponents; a 4 x 4
+ *     register tile, the running sums in L1, since 2026-12-07: M = 512 0.93-0.96x the time
+ *     of the 3 x 4 tile with register sums on the Zen 5; the folded kernel's bits).
+ *     Interleaved A/B in one process, 2026-12-06 (Zen 4, 3 x 4 tile): M = 512 0.88-0.95x
  *     the folded kernel's time (5120, 5120) 66.5 -> 62.8 ms, (17408, 5120) 240 -> 212 ms;
- *     M = 96 / 128 0.89-0.98x; M = 64 / 72 / 80 0.95-1.05x (either way), so 96 is the start.
+ *     M = 96 / 128 0.89-0.98x; M = 64 / 72 / 80 0.95-1.05x (either way), so 96 was the start;
+ *     with the 4 x 4 tile, on the Zen 5 (2026-12-07): M = 32 0.94-1.00x, 48 0.88-0.99x, 64
+ *     0.82-0.90x the folded kernel's time, M = 16 1.02-1.04x, so 32 is the start.
  *   a weight with a wider row (quantized weights span a few powers of two): the exact
  *     GEMV (M <= 4) and the exact BF16-panel GEMM (M > 4). */
 #include "internal.h"

@@ -35,10 +35,12 @@
  *     beat the exact GEMM and an earlier folded BF16-panel GEMM from M = 5 to 512.
  *     From M = PK_MIN_M on, the folded panel GEMM (pk_*) gives the same bits faster: each
  *     panel of 4 tiles is decoded once per call and super-block (block scales folded into
- *     the BF16 exponents, exact), and a 3 x 4 register tile with its running sums in
- *     registers runs over it for all the item's rows (2026-12-06, Zen 4, M = 512: 0.88-0.95x
- *     the folded kernel's time, 0.90-0.91 of the vdpbf16ps peak on the text shapes; M = 64
- *     and 80 0.97-1.05x, so it starts at 96).
+ *     the BF16 exponents, exact), and a register tile runs over it for all the item's rows
+ *     (2026-12-06, Zen 4, a 3 x 4 tile with its running sums in registers, M = 512:
+ *     0.88-0.95x the folded kernel's time; M = 64 and 80 0.97-1.05x, so it started at 96).
+ *     2026-12-07, Zen 5: a 4 x 4 tile with the running sums in L1 (16 vdpbf16ps chains)
+ *     runs M = 512 in 0.93-0.96x the 3 x 4 tile's time, and from M = 32 on it beats the
+ *     folded kernel: M = 32 0.94-1.00x, 48 0.88-0.99x, 64 0.82-0.90x (M = 16: 1.02-1.04x).
  *   another weight: the exact GEMV above for M <= 4, one pass over the weight per group of up
  *     to 4 rows; for M > 4 the exact GEMM: per k-chunk each work item's panels of 3 tiles are
  *     decoded once into BF16 and a 4 x 48 register tile runs over them, with the per-block
@@ -89,7 +91,7 @@
 #define FK_WOFF 60               /* folded kernel: block scale offset */
 #define FK_EOFF (120 - FK_XOFF - FK_WOFF)
 #ifndef PK_MIN_M
-#define PK_MIN_M 96              /* the folded panel GEMM from this M on (see run_panel) */
+#define PK_MIN_M 32              /* the folded panel GEMM from this M on (see run_panel) */
 #endif
 
 #define INLINE static inline __attribute__((always_inline))
