@@ -96,6 +96,52 @@ static inline __attribute__((always_inline)) bool fast_inplace_or_disjoint(const
            (o->data == i->data && (o->ndim == 1 || o->stride[0] == i->stride[0]));
 }
 
+/* t's rows: fast_rows_set for the layouts fast_x / fast_like_x accepted, else qk_rows_set */
+static inline __attribute__((always_inline)) void norm_rows_of(qk_rows *r, const qk_tensor *t,
+                                                               int64_t R, bool fast)
+{
+    if (fast) fast_rows_set(r, t, R, (int64_t)qk_dtype_bytes(t->dtype));
+    else qk_rows_set(r, t);
+}
+/* The call's description, shared by the fast path and the full one (rstd, the full path's
+   only, is set by it). Returns the streams the call moves per element (for the threading
+   threshold). */
+static inline __attribute__((always_inline)) int64_t norm_call_fill(
+    qk_norm_call *c, qk_norm_kind kind, const qk_tensor *x, const qk_tensor *weight,
+    const qk_tensor *out, const qk_tensor *extra, const qk_tensor *out2, int64_t rows, int64_t H,
+    float eps, bool fast)
+{
+    c->res = c->gate = NULL;
+    c->res_out = c->rstd = NULL;
+    c->rr.n = c->gr.n = c->ror.n = c->rsr.n = 0;
+    c->gdt = x->dtype;
+    c->kind = kind;
+    c->rows = rows;
+    c->H = H;
+    c->eps = eps;
+    c->xdt = x->dtype;
+    c->wdt = weight->dtype;
+    c->x = (const char *)x->data;
+    norm_rows_of(&c->xr, x, rows, fast);
+    c->w = weight->data;
+    c->out = (char *)out->data;
+    norm_rows_of(&c->outr, out, rows, fast);
+    if (kind == QK_NORM_ADD_RMS || kind == QK_NORM_ADD_GEMMA) {
+        c->res = (const char *)extra->data;
+        norm_rows_of(&c->rr, extra, rows, fast);
+        c->res_out = (char *)out2->data;
+        norm_rows_of(&c->ror, out2, rows, fast);
+        return 4;
+    }
+    if (kind == QK_NORM_GATED) {
+        c->gate = (const char *)extra->data;
+        norm_rows_of(&c->gr, extra, rows, fast);
+        c->gdt = extra->dtype;
+        return 3;
+    }
+    return 2;   /* x in, out */
+}
+
 struct norm_job { qk_norm_fn fn; const qk_norm_call *c; };
 
 static void norm_range(const void *ctx, int64_t begin, int64_t end)
@@ -118,7 +164,7 @@ qk_status qk_norm_run(qk_norm_kind kind, const qk_norm_impl *impl, const qk_tens
         return qk_fail(QK_ERR_UNSUPPORTED, "%s: no provider implements this op here", fn);
 
     qk_norm_call c;   /* no memset: 700 bytes of row descriptions, a sixth of a small call */
-    int64_t streams = 2; /* x in, out */
+    int64_t streams;
     if (x && weight && out && fast_x(x) && qk_is_float_dtype(x->dtype) && weight->ndim == 1 &&
         weight->shape[0] == x->shape[x->ndim - 1] && weight->stride[0] == 1 && weight->data &&
         qk_is_float_dtype(weight->dtype) && eps >= 0.0f && !isinf(eps) && fast_like_x(out, x) &&
@@ -144,33 +190,7 @@ qk_status qk_norm_run(qk_norm_kind kind, const qk_norm_impl *impl, const qk_tens
         }
         ok = ok && (add || !out2);   /* rstd: the full checks */
         if (ok) {
-            c.res = c.gate = NULL;
-            c.res_out = c.rstd = NULL;
-            c.rr.n = c.gr.n = c.ror.n = c.rsr.n = 0;
-            c.gdt = x->dtype;
-            c.kind = kind;
-            c.rows = R;
-            c.H = H;
-            c.eps = eps;
-            c.xdt = x->dtype;
-            c.wdt = weight->dtype;
-            c.x = (const char *)x->data;
-            fast_rows_set(&c.xr, x, R, es);
-            c.w = weight->data;
-            c.out = (char *)out->data;
-            fast_rows_set(&c.outr, out, R, es);
-            if (add) {
-                c.res = (const char *)extra->data;
-                fast_rows_set(&c.rr, extra, R, es);
-                c.res_out = (char *)out2->data;
-                fast_rows_set(&c.ror, out2, R, es);
-                streams = 4;
-            } else if (gated) {
-                c.gate = (const char *)extra->data;
-                fast_rows_set(&c.gr, extra, R, (int64_t)qk_dtype_bytes(extra->dtype));
-                c.gdt = extra->dtype;
-                streams = 3;
-            }
+            streams = norm_call_fill(&c, kind, x, weight, out, extra, out2, R, H, eps, true);
             goto run;
         }
     }
@@ -261,33 +281,8 @@ qk_status qk_norm_run(qk_norm_kind kind, const qk_norm_impl *impl, const qk_tens
     const int64_t rows = qk_tensor_rows(x);
     if (rows == 0) return QK_OK;
 
-    c.res = c.gate = NULL;
-    c.res_out = c.rstd = NULL;
-    c.rr.n = c.gr.n = c.ror.n = c.rsr.n = 0;
-    c.gdt = x->dtype;
-    c.kind = kind;
-    c.rows = rows;
-    c.H = H;
-    c.eps = eps;
-    c.xdt = x->dtype;
-    c.wdt = weight->dtype;
-    c.x = (const char *)x->data;
-    qk_rows_set(&c.xr, x);
-    c.w = weight->data;
-    c.out = (char *)out->data;
-    qk_rows_set(&c.outr, out);
-    if (add) {
-        c.res = (const char *)extra->data;
-        qk_rows_set(&c.rr, extra);
-        c.res_out = (char *)out2->data;
-        qk_rows_set(&c.ror, out2);
-        streams = 4;
-    } else if (gated) {
-        c.gate = (const char *)extra->data;
-        qk_rows_set(&c.gr, extra);
-        c.gdt = extra->dtype;
-        streams = 3;
-    } else if (want_rstd) {
+    streams = norm_call_fill(&c, kind, x, weight, out, extra, out2, rows, H, eps, false);
+    if (want_rstd) {
         /* rstd's dims are x's leading dims: describe it as rows of one element */
         qk_tensor r = *out2;
         if (x->ndim > 1) {
