@@ -12,12 +12,13 @@
  * measured on the 2-core Zen 4 (2026-12-03, 2 threads; BENCHMARKS.md):
  *   every M, for a weight whose rows' block scales span at most 2^54: the folded kernel
  *     (x's scales folded into its BF16 exponents, the weight decoded in registers once per
- *     group of up to 12 rows, split evenly over ceil(M / 12) groups, one FMA per block;
+ *     group of up to 16 rows (12 until 2026-12-07: a group of 16 runs M = 16 in 0.82-0.88x
+ *     the time of 8 + 8 on the Zen 5), split evenly over ceil(M / 16) groups, one FMA per block;
  *     E4M3 subnormal weight codes added from per-block corrections, 2026-12-04: M = 512
  *     (5120, 5120) 70-75 -> 68 ms; each tile's stream also prefetched into L2 8 super-blocks
  *     ahead, 2026-12-05: M = 1, 2 from DRAM 0.92-0.97x the time on the Zen 4; on the Zen 5,
-     2026-12-07, groups of up to 3 rows prefetch one super-block ahead into L1 only: M = 1..3
-     0.80-0.94x the time there). It matched the exact GEMV at M = 1..3
+ *     2026-12-07, groups of up to 3 rows prefetch one super-block ahead into L1 only: M = 1..3
+ *     0.80-0.94x the time there). It matched the exact GEMV at M = 1..3
  *     (both at the weight stream: 0.85-0.93 of read bandwidth at M = 1 for 87.7 MiB), beat it
  *     at M = 4, and beat a BF16-panel GEMM (exact or folded) from M = 5 to 512: M = 16
  *     (5120, 5120) 3.60 -> 2.58 ms, M = 128 (17408, 5120) 109 -> 60 ms; at M = 512 it runs

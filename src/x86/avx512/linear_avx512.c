@@ -76,7 +76,7 @@
 #define MI 128                   /* GEMM rows per inner block: their x~ k-chunk stays in L2 */
 #define PB 8                     /* GEMM panels per work item: decoded k-chunks stay in L2 */
 #define FOLD_SPAN 54             /* folded kernel: largest sw span over a weight row's nonzero blocks */
-#define FK_MM 12                 /* folded kernel: most rows per register group (see fk_dispatch) */
+#define FK_MM 16                 /* folded kernel: most rows per register group (see fk_dispatch) */
 /* folded kernel: bytes ahead in a tile's stream. Groups of up to 3 rows prefetch one
    super-block ahead into L1, the larger groups two ahead into L1 and eight ahead into L2.
    On the 2-core Zen 5 (2026-12-07, interleaved A/B, 2 threads, weights from DRAM) the L2
@@ -652,9 +652,15 @@ INLINE void fk_micro(const int MM, const int TT, const avx512_layout *l, const a
                      int64_t t0, int64_t j0, int64_t nj, float *total, size_t rowf)
 {
     const __m512i m87f0 = _mm512_set1_epi16((short)0x87F0);
-    __m512 acc[FK_MM][4], run[FK_MM][4];
+    __m512 acc[FK_MM][4];
+    /* the running sums [r][t][16] in L1, one load and store per block: the registers hold
+       the block sums of up to 16 rows x 1 tile or 8 x 2 */
+    float run[FK_MM * 4 * 16] __attribute__((aligned(64)));
     for (int r = 0; r < MM; r++)
-        for (int t = 0; t < TT; t++) acc[r][t] = run[r][t] = _mm512_setzero_ps();
+        for (int t = 0; t < TT; t++) {
+            acc[r][t] = _mm512_setzero_ps();
+            _mm512_store_ps(run + (r * 4 + t) * 16, acc[r][t]);
+        }
     const uint8_t *tile[4], *flags[4];
     __m512i cw[4];
     for (int t = 0; t < TT; t++) {
@@ -677,7 +683,8 @@ INLINE void fk_micro(const int MM, const int TT, const avx512_layout *l, const a
                 for (int r = 0; r < MM; r++) acc[r][t] = a[r];
             }
             for (int r = 0; r < MM; r++) {
-                run[r][t] = _mm512_fmadd_ps(acc[r][t], f, run[r][t]);
+                float *rp = run + (r * 4 + t) * 16;
+                _mm512_store_ps(rp, _mm512_fmadd_ps(acc[r][t], f, _mm512_load_ps(rp)));
                 acc[r][t] = _mm512_setzero_ps();
             }
         }
@@ -685,11 +692,12 @@ INLINE void fk_micro(const int MM, const int TT, const avx512_layout *l, const a
     for (int r = 0; r < MM; r++)
         for (int t = 0; t < TT; t++) {
             float *o = total + (size_t)r * rowf + (size_t)t * 16;
-            _mm512_store_ps(o, _mm512_add_ps(_mm512_load_ps(o), run[r][t]));
+            _mm512_store_ps(o, _mm512_add_ps(_mm512_load_ps(o), _mm512_load_ps(run + (r * 4 + t) * 16)));
         }
 }
 
-/* up to 3 rows: up to 4 tiles at once; 4..6 rows: 2; 7..12 rows: one tile (registers: 2 x MM x TT) */
+/* up to 3 rows: up to 4 tiles at once; 4..8 rows: 2; 9..16 rows: one tile (registers: the
+   MM x TT block sums; the running sums are in L1) */
 static void fk_dispatch(int MM, int TT, const avx512_layout *l, const act512 *x, int64_t m,
                         int64_t t0, int64_t j0, int64_t nj, float *total, size_t rowf)
 {
@@ -709,7 +717,7 @@ static void fk_dispatch(int MM, int TT, const avx512_layout *l, const act512 *x,
 #define FK1(MMv)                                                                            \
     case MMv: fk_micro(MMv, 1, l, x, m, t0, j0, nj, total, rowf); return;
     switch (MM) {
-    FK4(1) FK4(2) FK4(3) FK2(4) FK2(5) FK2(6) FK1(7) FK1(8) FK1(9) FK1(10) FK1(11) default: FK1(12)
+    FK4(1) FK4(2) FK4(3) FK2(4) FK2(5) FK2(6) FK2(7) FK2(8) FK1(9) FK1(10) FK1(11) FK1(12) FK1(13) FK1(14) FK1(15) default: FK1(16)
     }
 #undef FK1
 #undef FK2
@@ -747,11 +755,13 @@ static void fk_worker(const void *ctx, int64_t s0, int64_t s1)
     const int G = g->G;
     const size_t rowf = (size_t)G * 16;
     float *total = g->scratch + (size_t)s0 * (size_t)c->M * rowf;
-    /* M > 4: ceil(M / FK_MM) row groups, split evenly (M = 16: 8 + 8, where 12 + 4 left the
-       4-row group with 4 accumulator chains), and two tiles per call for groups of up to 6
-       rows (twice the chains; the decode per dot product depends on the rows only) */
+    /* M > 4: ceil(M / FK_MM) row groups, split evenly (M = 17: 9 + 8, not 16 + 1), and two
+       tiles per call for groups of up to 8 rows (twice the chains; the decode per dot product
+       depends on the rows only). 2026-12-07, Zen 5: one group of 16 rows (16 chains, each
+       code decoded once for 16 rows) runs M = 16 in 0.82-0.88x the time of two groups of 8
+       (M = 13: 0.83x); two tiles for 7 and 8 rows, M = 7 0.96x, M = 8 within 3%. */
     const int64_t ng = (c->M + FK_MM - 1) / FK_MM;
-    const int ttr = (c->M + ng - 1) / ng <= 6 ? 2 : 1;
+    const int ttr = (c->M + ng - 1) / ng <= 8 ? 2 : 1;
     for (;;) {
         const int64_t b = __atomic_fetch_add(&g->next, g->chunk, __ATOMIC_RELAXED);
         if (b >= g->groups) break;
@@ -839,7 +849,7 @@ static qk_status queue_run(item_fn run, const void *job, int64_t items, int64_t 
 
 /* ---- folded panel GEMM (prefill): the folded kernel's sums, the weight decoded once per call ----
    The folded kernel decodes each weight chunk once per group of up to FK_MM rows: at M = 512 that
-   is 43 decodes of every code, and its 12 x 1 register tile loads a broadcast per product pair.
+   is 32 decodes of every code, and its 16 x 1 register tile loads a broadcast per product pair.
    This path decodes a panel of PK_NT tiles, one super-block of K at a time, into L1-sized BF16
    scratch with each block's f folded into the exponents (w~ · f: a power of two, exact and
    normal, as in the folded kernel), and runs a PK_MR x PK_NT register tile over it for all the
