@@ -4,13 +4,15 @@
  * provider this CPU runs (ref only at M = 1) and, when built with oneDNN, its BF16 matmul
  * on the same shapes. Per cell p10/p50/p90 and the staged provider's time relative to
  * M = 1 on the same shape; M = 1: effective weight bandwidth N·K·(1 + 1/32) / p50 against
- * the read bandwidth of a buffer of the same size measured in this run with all threads;
+ * the read bandwidth of a buffer of the same size (the best of one thread and all);
  * M >= 128: 2·M·N·K / p50 against the peak of the instruction the target's kernels rely
  * on, measured here with independent accumulator chains on all threads: vdpbf16ps
  * (x86-64-v4) or f32 vfmadd231ps (x86-64-v3, whose kernel decodes to f32). oneDNN's BF16
  * matmul is the peer; where this CPU has no oneDNN BF16 kernel (no AVX-512), its F32
- * matmul is, and every line says which. Reps adapt to a per-cell time budget (at least 5 timed
- * calls; the largest cells get the fewest), so the whole run stays near 2-3 minutes. */
+ * matmul is, and every line says which. A cell's implementations, the staged provider at
+ * M = 1 and (M = 1) the read bandwidth are timed interleaved, in turns, so that their ratios
+ * hold on a shared host whose speed moves from minute to minute (run_shape). Reps adapt to
+ * a per-cell time budget (at least 5 timed calls; the largest cells get the fewest). */
 #include "bench_common.h"
 #include "isa/bench_isa.h"
 
@@ -52,9 +54,10 @@ typedef struct cell {
     size_t wbytes;               /* MXFP8 weight bytes: N·K·(1 + 1/32) */
     qkb_residency res;
     int nbuf;
-    double read_gbps;            /* read bandwidth, same footprint, all threads */
+    double read_gbps;            /* read bandwidth, same footprint (the M = 1 cell's run) */
     result prov[MAXP];
     result dnnl;
+    qkb_stats m1;                /* the staged provider at M = 1, timed in this cell's run */
 } cell;
 
 typedef struct bench {
@@ -64,6 +67,7 @@ typedef struct bench {
     double peak_gflops;
     cell *cells;
     int ncells;
+    double other_load;           /* cores other processes kept busy during the run (NaN: unknown) */
 } bench;
 
 /* ---- the peak of the kernel's instruction: PEAK_CHAINS independent accumulator chains per
@@ -148,6 +152,7 @@ static void fill_result(result *r, const cell *c, double peak)
 typedef struct dnnl_ctx {
     dnnl_engine_t eng;
     dnnl_stream_t stream;
+    dnnl_primitive_desc_t pd;
     dnnl_primitive_t prim;
     dnnl_memory_t src, dst, wei[16];
     int nbuf;
@@ -165,8 +170,8 @@ static void dnnl_call(void *ctx, int64_t iter)
 /* the peer's data type: "BF16", or "F32" where oneDNN has no BF16 matmul for this CPU */
 static const char *dnnl_dtype_used = "BF16";
 
-static bool dnnl_bench_dt(cell *c, const uint16_t *wplain, dnnl_engine_t eng, dnnl_stream_t stream,
-                          dnnl_data_type_t dt)
+static bool dnnl_setup_dt(const cell *c, const uint16_t *wplain, dnnl_engine_t eng,
+                          dnnl_stream_t stream, dnnl_data_type_t dt, dnnl_ctx *d)
 {
     dnnl_memory_desc_t smd, wmd_any, wmd_plain, dmd;
     dnnl_dims_t sd = {c->M, c->K}, wd = {c->K, c->N}, dd = {c->M, c->N};
@@ -180,20 +185,19 @@ static bool dnnl_bench_dt(cell *c, const uint16_t *wplain, dnnl_engine_t eng, dn
     if (dnnl_matmul_desc_init(&md, &smd, &wmd_any, NULL, &dmd) != dnnl_success ||
         dnnl_primitive_desc_create(&pd, &md, NULL, eng, NULL) != dnnl_success)
         return false;
-    dnnl_ctx d;
-    memset(&d, 0, sizeof d);
-    d.eng = eng;
-    d.stream = stream;
-    dnnl_primitive_create(&d.prim, pd);
+    memset(d, 0, sizeof *d);
+    d->eng = eng;
+    d->stream = stream;
+    d->pd = pd;
+    dnnl_primitive_create(&d->prim, pd);
     const dnnl_memory_desc_t *wmd = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
     int nbuf = 1;
-    qkb_residency res = qkb_rotation((size_t)(c->N * c->K) * es, &nbuf);
-    (void)res;
-    d.nbuf = nbuf > 16 ? 16 : nbuf;
+    (void)qkb_rotation((size_t)(c->N * c->K) * es, &nbuf);
+    d->nbuf = nbuf > 16 ? 16 : nbuf;
     float *wf32 = NULL;
     if (dt == dnnl_f32) {
         wf32 = malloc(sizeof(float) * (size_t)(c->N * c->K));
-        if (!wf32) return false;
+        if (!wf32) abort();
         for (int64_t i = 0; i < c->N * c->K; i++) wf32[i] = qk_bf16_to_f32(wplain[i]);
     }
     dnnl_memory_t plain;
@@ -202,9 +206,9 @@ static bool dnnl_bench_dt(cell *c, const uint16_t *wplain, dnnl_engine_t eng, dn
     dnnl_primitive_t reorder;
     dnnl_reorder_primitive_desc_create(&rpd, &wmd_plain, eng, wmd, eng, NULL);
     dnnl_primitive_create(&reorder, rpd);
-    for (int b = 0; b < d.nbuf; b++) {
-        dnnl_memory_create(&d.wei[b], wmd, eng, DNNL_MEMORY_ALLOCATE);
-        dnnl_exec_arg_t ra[2] = {{DNNL_ARG_FROM, plain}, {DNNL_ARG_TO, d.wei[b]}};
+    for (int b = 0; b < d->nbuf; b++) {
+        dnnl_memory_create(&d->wei[b], wmd, eng, DNNL_MEMORY_ALLOCATE);
+        dnnl_exec_arg_t ra[2] = {{DNNL_ARG_FROM, plain}, {DNNL_ARG_TO, d->wei[b]}};
         dnnl_primitive_execute(reorder, stream, 2, ra);
     }
     dnnl_stream_wait(stream);
@@ -212,46 +216,69 @@ static bool dnnl_bench_dt(cell *c, const uint16_t *wplain, dnnl_engine_t eng, dn
     dnnl_primitive_desc_destroy(rpd);
     dnnl_memory_destroy(plain);
     free(wf32);
-    dnnl_memory_create(&d.src, &smd, eng, DNNL_MEMORY_ALLOCATE);
-    dnnl_memory_create(&d.dst, &dmd, eng, DNNL_MEMORY_ALLOCATE);
+    dnnl_memory_create(&d->src, &smd, eng, DNNL_MEMORY_ALLOCATE);
+    dnnl_memory_create(&d->dst, &dmd, eng, DNNL_MEMORY_ALLOCATE);
     void *sp = NULL;
-    dnnl_memory_get_data_handle(d.src, &sp);
+    dnnl_memory_get_data_handle(d->src, &sp);
     for (int64_t i = 0; i < c->M * c->K; i++) {
         const uint16_t v = (uint16_t)(0x3F00 + (i * 7919 % 255));
         if (dt == dnnl_f32) ((float *)sp)[i] = qk_bf16_to_f32(v);
         else ((uint16_t *)sp)[i] = v;
     }
-    dnnl_call(&d, 0);
-    double t0 = qkb_now();
-    dnnl_call(&d, 0);
-    double one = qkb_now() - t0;
-    int reps = reps_for(one);
-    c->dnnl.st = qkb_time_calls(dnnl_call, &d, reps / 5 + 2, reps);
-    dnnl_primitive_destroy(d.prim);
-    dnnl_primitive_desc_destroy(pd);
-    for (int b = 0; b < d.nbuf; b++) dnnl_memory_destroy(d.wei[b]);
-    dnnl_memory_destroy(d.src);
-    dnnl_memory_destroy(d.dst);
     return true;
 }
 
-static bool dnnl_bench(cell *c, const uint16_t *wplain, dnnl_engine_t eng, dnnl_stream_t stream)
+/* the peer for cell c (its BF16 matmul, else its F32 one), ready to time */
+static bool dnnl_setup(const cell *c, const uint16_t *wplain, dnnl_engine_t eng, dnnl_stream_t stream,
+                       dnnl_ctx *d)
 {
-    if (dnnl_bench_dt(c, wplain, eng, stream, dnnl_bf16)) {
+    if (dnnl_setup_dt(c, wplain, eng, stream, dnnl_bf16, d)) {
         dnnl_dtype_used = "BF16";
         return true;
     }
-    if (dnnl_bench_dt(c, wplain, eng, stream, dnnl_f32)) {
+    if (dnnl_setup_dt(c, wplain, eng, stream, dnnl_f32, d)) {
         dnnl_dtype_used = "F32";
         return true;
     }
     return false;
+}
+
+static void dnnl_teardown(dnnl_ctx *d)
+{
+    dnnl_primitive_destroy(d->prim);
+    dnnl_primitive_desc_destroy(d->pd);
+    for (int b = 0; b < d->nbuf; b++) dnnl_memory_destroy(d->wei[b]);
+    dnnl_memory_destroy(d->src);
+    dnnl_memory_destroy(d->dst);
 }
 #else
 static const char *dnnl_dtype_used = "-";
 #endif
 
 /* ---- the protocol ---- */
+#define INTERLEAVE_BLOCK 3   /* timed calls per variant per turn (after one untimed) */
+
+/* a variant's calls from a probe of two (the first warms): enough for CELL_BUDGET_S */
+static void plan(qkb_variant *v, qkb_call_fn fn, void *ctx)
+{
+    memset(v, 0, sizeof *v);
+    v->fn = fn;
+    v->ctx = ctx;
+    fn(ctx, 0);
+    const double t0 = qkb_now();
+    fn(ctx, 1);
+    v->reps = reps_for(qkb_now() - t0);
+    v->warmup = 2;
+    v->max_seconds = CELL_BUDGET_S;
+    v->min_reps = MIN_REPS;
+}
+
+/* Each cell's implementations are timed interleaved (qkb_time_interleaved: in turns, round
+   robin), so that a burst of load from other guests, or the DRAM bandwidth moving between
+   regimes (43-129 GB/s within minutes on the Zen 5 of 2026-12-07), hits all of them alike:
+   every provider but ref, oneDNN, the staged provider at M = 1 (for "vs M = 1") and, in the
+   M = 1 cell, the read bandwidth of a buffer of the weights' size (the M = 1 limit). ref
+   (M = 1 only, ~30 ms a call) is timed on its own before them. */
 static void run_shape(bench *bn, int64_t N, int64_t K, const int64_t *ms, int nm, cell *cells)
 {
     const int64_t kb = qk_mx_blocks(K);
@@ -264,9 +291,17 @@ static void run_shape(bench *bn, int64_t N, int64_t K, const int64_t *ms, int nm
     int nbuf = 1;
     qkb_residency res = qkb_rotation(wbytes, &nbuf);
     if (nbuf > 16) nbuf = 16;
-    /* the machine is shared: its limit is the best it showed, before and after the cells */
-    qkb_bandwidth rb = qkb_read_bandwidth(wbytes, nbuf, bn->opt.quick);
-    double read = rb.gbps_all > 0 ? rb.gbps_all : rb.gbps;
+    /* every provider's weights, nbuf copies each (ref's only for its M = 1 cell) */
+    qk_mx_weight *w[MAXP][16];
+    bool have[MAXP];
+    memset(w, 0, sizeof w);
+    for (int p = 0; p < bn->np; p++) {
+        have[p] = strcmp(bn->prov[p]->name, "ref") != 0;
+        for (int b = 0; b < nbuf && have[p]; b++)
+            have[p] = qk_mx_weight_create_with(bn->prov[p]->ops.mxfp8_linear, &qt, &st, &w[p][b]) == QK_OK;
+    }
+    const int sp = bn->staged;
+    double read = 0;
 #ifdef QK_BENCH_ONEDNN
     dnnl_engine_t eng;
     dnnl_stream_t stream;
@@ -276,6 +311,12 @@ static void run_shape(bench *bn, int64_t N, int64_t K, const int64_t *ms, int nm
     for (int64_t i = 0; i < N * K; i++)
         wb[i] = qk_f32_to_bf16(qk_e4m3_to_f32(q[i]) * 0x1p-7f);  /* values do not matter */
 #endif
+    /* x and out of the staged provider's M = 1 variant */
+    uint16_t *x1 = malloc(sizeof(uint16_t) * (size_t)K), *o1 = malloc(sizeof(uint16_t) * (size_t)N);
+    {
+        qkb_rng r = {77};
+        for (int64_t i = 0; i < K; i++) x1[i] = qk_f32_to_bf16(qkb_uniform(&r, -2, 2));
+    }
     for (int mi = 0; mi < nm; mi++) {
         cell *c = &cells[mi];
         memset(c, 0, sizeof *c);
@@ -283,51 +324,85 @@ static void run_shape(bench *bn, int64_t N, int64_t K, const int64_t *ms, int nm
         c->wbytes = wbytes;
         c->res = res;
         c->nbuf = nbuf;
-        c->read_gbps = read;
         const int64_t M = c->M;
         uint16_t *x = malloc(sizeof(uint16_t) * (size_t)(M * K));
         uint16_t *o = malloc(sizeof(uint16_t) * (size_t)(M * N));
         qkb_rng r = {77};
         for (int64_t i = 0; i < M * K; i++) x[i] = qk_f32_to_bf16(qkb_uniform(&r, -2, 2));
-        int64_t xs[2] = {M, K}, os[2] = {M, N};
+        int64_t xs[2] = {M, K}, os[2] = {M, N}, xs1[2] = {1, K}, os1[2] = {1, N};
+        enum { MAXV = MAXP + 2 + QKB_LIMIT_VARIANTS };
+        lin_ctx lc[MAXP + 1];
+        qkb_variant v[MAXV];
+        result *out[MAXV];
+        int nv = 0;
         for (int p = 0; p < bn->np; p++) {
-            const qk_provider_set *pv = bn->prov[p];
-            if (!strcmp(pv->name, "ref") && M > 1) continue;   /* minutes per call */
-            lin_ctx lc;
-            memset(&lc, 0, sizeof lc);
-            lc.nbuf = nbuf;
-            lc.x = qk_tensor_make(x, QK_DTYPE_BF16, 2, xs);
-            lc.out = qk_tensor_make(o, QK_DTYPE_BF16, 2, os);
-            bool ok = true;
-            for (int b = 0; b < nbuf && ok; b++)
-                ok = qk_mx_weight_create_with(pv->ops.mxfp8_linear, &qt, &st, &lc.w[b]) == QK_OK;
-            if (ok) {
-                lin_call(&lc, 0);
-                double t0 = qkb_now();
-                lin_call(&lc, 1);
-                double one = qkb_now() - t0;
-                int reps = !strcmp(pv->name, "ref") ? 3 : reps_for(one);
-                c->prov[p].st = qkb_time_calls(lin_call, &lc, reps / 5 + 2, reps);
-                fill_result(&c->prov[p], c, bn->peak_gflops);
+            lin_ctx *l = &lc[p];
+            memset(l, 0, sizeof *l);
+            l->nbuf = nbuf;
+            l->x = qk_tensor_make(x, QK_DTYPE_BF16, 2, xs);
+            l->out = qk_tensor_make(o, QK_DTYPE_BF16, 2, os);
+            if (have[p]) {
+                memcpy(l->w, w[p], sizeof l->w);
+                plan(&v[nv], lin_call, l);
+                out[nv++] = &c->prov[p];
+            } else if (M == 1 && !strcmp(bn->prov[p]->name, "ref")) {   /* minutes per call above */
+                bool ok = true;
+                for (int b = 0; b < nbuf && ok; b++)
+                    ok = qk_mx_weight_create_with(bn->prov[p]->ops.mxfp8_linear, &qt, &st, &l->w[b]) == QK_OK;
+                if (ok) {
+                    lin_call(l, 0);
+                    c->prov[p].st = qkb_time_calls(lin_call, l, 1, 3);
+                    c->prov[p].done = true;
+                }
+                for (int b = 0; b < nbuf; b++) qk_mx_weight_destroy(l->w[b]);
             }
-            for (int b = 0; b < nbuf; b++) qk_mx_weight_destroy(lc.w[b]);
+        }
+        lin_ctx *l1 = &lc[MAXP];
+        const int v1 = have[sp] && M > 1 ? nv : -1;
+        if (v1 >= 0) {
+            memset(l1, 0, sizeof *l1);
+            l1->nbuf = nbuf;
+            memcpy(l1->w, w[sp], sizeof l1->w);
+            l1->x = qk_tensor_make(x1, QK_DTYPE_BF16, 2, xs1);
+            l1->out = qk_tensor_make(o1, QK_DTYPE_BF16, 2, os1);
+            plan(&v[nv], lin_call, l1);
+            out[nv++] = NULL;
         }
 #ifdef QK_BENCH_ONEDNN
-        if (dnnl_bench(c, wb, eng, stream)) fill_result(&c->dnnl, c, bn->peak_gflops);
+        dnnl_ctx d;
+        const bool dn = dnnl_setup(c, wb, eng, stream, &d);
+        if (dn) {
+            plan(&v[nv], dnnl_call, &d);
+            out[nv++] = &c->dnnl;
+        }
+#endif
+        qkb_limit lim;
+        const int nl = M == 1 ? qkb_limit_read_begin(&lim, wbytes, nbuf, 2, bn->opt.quick ? 5 : 30, &v[nv]) : 0;
+        qkb_time_interleaved(v, nv + nl, INTERLEAVE_BLOCK);
+        if (nl) {
+            const qkb_bandwidth rb = qkb_limit_end(&lim, &v[nv]);
+            read = rb.gbps;
+        }
+        c->read_gbps = read;
+        for (int k = 0; k < nv; k++) {
+            if (!out[k]) continue;
+            out[k]->st = v[k].st;
+            fill_result(out[k], c, bn->peak_gflops);
+        }
+        for (int p = 0; p < bn->np; p++)
+            if (c->prov[p].done && !have[p]) fill_result(&c->prov[p], c, bn->peak_gflops);
+        c->m1 = v1 >= 0 ? v[v1].st : c->prov[sp].st;
+#ifdef QK_BENCH_ONEDNN
+        if (dn) dnnl_teardown(&d);
 #endif
         free(x);
         free(o);
         fprintf(stderr, "  done N=%lld K=%lld M=%lld\n", (long long)N, (long long)K, (long long)M);
     }
-    rb = qkb_read_bandwidth(wbytes, nbuf, bn->opt.quick);
-    const double read2 = rb.gbps_all > 0 ? rb.gbps_all : rb.gbps;
-    if (read2 > read)
-        for (int mi = 0; mi < nm; mi++) {
-            cells[mi].read_gbps = read2;
-            for (int p = 0; p < MAXP; p++)
-                if (cells[mi].prov[p].done) fill_result(&cells[mi].prov[p], &cells[mi], bn->peak_gflops);
-            if (cells[mi].dnnl.done) fill_result(&cells[mi].dnnl, &cells[mi], bn->peak_gflops);
-        }
+    for (int p = 0; p < bn->np; p++)
+        for (int b = 0; b < nbuf; b++) qk_mx_weight_destroy(w[p][b]);
+    free(x1);
+    free(o1);
 #ifdef QK_BENCH_ONEDNN
     free(wb);
     dnnl_stream_destroy(stream);
@@ -337,16 +412,12 @@ static void run_shape(bench *bn, int64_t N, int64_t K, const int64_t *ms, int nm
     free(s);
 }
 
-/* The staged provider's p50 at c over its p50 at M = 1 on the same shape (0: not measured). */
+/* The staged provider's p50 at c over its p50 at M = 1 in the same interleaved run (0: not
+   measured). */
 static double rel_m1(const bench *bn, const cell *c)
 {
-    for (int i = 0; i < bn->ncells; i++) {
-        const cell *o = &bn->cells[i];
-        if (o->N == c->N && o->K == c->K && o->M == 1 && o->prov[bn->staged].done &&
-            c->prov[bn->staged].done)
-            return c->prov[bn->staged].st.p50 / o->prov[bn->staged].st.p50;
-    }
-    return 0;
+    if (!c->prov[bn->staged].done || !(c->m1.p50 > 0)) return 0;
+    return c->prov[bn->staged].st.p50 / c->m1.p50;
 }
 
 static void print_table(const bench *bn)
@@ -411,6 +482,7 @@ static bool write_json(const bench *bn, const qkb_gates *gates)
     qkb_json_str(&j, "protocol", "linear");
     qkb_json_str(&j, "peak_instruction", PEAK_NAME);
     qkb_json_num(&j, "peak_gflops", bn->peak_gflops);
+    qkb_json_num(&j, "other_processes_cores_busy", bn->other_load);
     qkb_json_str(&j, "onednn_dtype", dnnl_dtype_used);
     qkb_json_str(&j, "staged", bn->prov[bn->staged]->name);
     qkb_json_array(&j, "cells");
@@ -487,10 +559,13 @@ static void summary(const bench *bn, qkb_gates *gates)
 {
     const int s = bn->staged;
     const bool v4 = !strcmp(PEAK_NAME, "vdpbf16ps");
+    /* the load of other processes (the run's own threads do not count, as the load average
+       did: it read ~1.5 after every run on an idle 2-core host) */
     printf("\nsummary (staged provider %s, target %s; %s peak %.0f GFLOP/s on %d threads, "
-           "the best of the start and the end of the run; load average now %.2f%s)\n",
-           bn->prov[s]->name, qk_target(), PEAK_NAME, bn->peak_gflops, qk_get_num_threads(), qkb_loadavg(),
-           qkb_loadavg() > 0.5 ? ": other work was running, figures are noisy" : "");
+           "the best of the start and the end of the run; other processes kept %.2f cores busy "
+           "on average%s)\n",
+           bn->prov[s]->name, qk_target(), PEAK_NAME, bn->peak_gflops, qk_get_num_threads(), bn->other_load,
+           !(bn->other_load <= 0.25) ? ": they shared the cores, so the figures are noisy" : "");
     double small_vs = INFINITY, pre_vs = INFINITY, pre_pk = INFINITY;
     char label[128];
     for (int i = 0; i < bn->ncells; i++) {
@@ -565,6 +640,7 @@ int qk_bench_linear(int argc, char **argv)
                                 : (int)(sizeof ms_full / sizeof ms_full[0]);
     bn.ncells = nshapes * nm;
     bn.cells = calloc((size_t)bn.ncells, sizeof(cell));
+    const qkb_cpu_mark mark0 = qkb_cpu_mark_now();
     bn.peak_gflops = measure_peak();
     const double load0 = qkb_loadavg();
     printf("qk bench linear: target %s, %d threads, load average %.2f at start; reps per cell "
@@ -583,6 +659,8 @@ int qk_bench_linear(int argc, char **argv)
             if (bn.cells[i].dnnl.done) fill_result(&bn.cells[i].dnnl, &bn.cells[i], peak2);
         }
     }
+    const qkb_cpu_mark mark1 = qkb_cpu_mark_now();
+    bn.other_load = qkb_other_load(&mark0, &mark1);
     print_table(&bn);
     qkb_gates gates = {.n = 0};
     summary(&bn, &gates);
