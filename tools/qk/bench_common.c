@@ -459,29 +459,6 @@ qkb_bandwidth qkb_limit_end(qkb_limit *l, const qkb_variant *v)
     return r;
 }
 
-/* a limit on its own: its modes timed interleaved with each other */
-static qkb_bandwidth measure_alone(qkb_limit *l, qkb_variant *v, int n)
-{
-    qkb_time_interleaved(v, n, 10);
-    return qkb_limit_end(l, v);
-}
-
-qkb_bandwidth qkb_copy_bandwidth(size_t footprint, int nbuf, bool quick)
-{
-    qkb_limit l;
-    qkb_variant v[QKB_LIMIT_VARIANTS];
-    const int n = qkb_limit_copy_begin(&l, footprint, nbuf, quick ? 3 : 10, quick ? 10 : 50, v);
-    return measure_alone(&l, v, n);
-}
-
-qkb_bandwidth qkb_read_bandwidth(size_t bytes, int nbuf, bool quick)
-{
-    qkb_limit l;
-    qkb_variant v[QKB_LIMIT_VARIANTS];
-    const int n = qkb_limit_read_begin(&l, bytes, nbuf, quick ? 3 : 10, quick ? 10 : 50, v);
-    return measure_alone(&l, v, n);
-}
-
 /* ---- comparisons ---- */
 double qkb_geomean(const double *v, const bool *use, int n)
 {

@@ -117,17 +117,14 @@ typedef struct qkb_bandwidth {
     bool nt;                 /* the best variant used non-temporal stores */
     int nbuf;
 } qkb_bandwidth;
-/* Copy bandwidth for a footprint: y = a*x in f32 over buffers whose in + out bytes equal
-   `footprint` (x and y footprint/2 each), rotated through nbuf distinct (x, y) pairs, with
-   1 thread and with all threads (and, for DRAM-resident footprints, with non-temporal
-   stores); bytes counted = footprint. AVX-512 when compiled with __AVX512F__, else AVX2,
-   else plain C. The limit is the best mode's p50. */
-qkb_bandwidth qkb_copy_bandwidth(size_t footprint, int nbuf, bool quick);
-/* Read bandwidth: a sum over a buffer of `bytes` (f32), nbuf rotated buffers, best of
-   1 thread and all threads. */
-qkb_bandwidth qkb_read_bandwidth(size_t bytes, int nbuf, bool quick);
-/* The same limits timed inside an interleaved run: begin appends the limit's modes to v as
-   variants (at most QKB_LIMIT_VARIANTS, each with warmup + reps calls, capped like the
+/* The limits, timed inside an interleaved run. Copy bandwidth for a footprint: y = a*x in
+   f32 over buffers whose in + out bytes equal `footprint` (x and y footprint/2 each),
+   rotated through nbuf distinct (x, y) pairs, with 1 thread and with all threads (and, for
+   DRAM-resident footprints, with non-temporal stores); bytes counted = footprint. Read
+   bandwidth: a sum over a buffer of `bytes` (f32), nbuf rotated buffers, 1 thread and all
+   threads. AVX-512 when compiled with __AVX512F__, else AVX2, else plain C; the limit is
+   the best mode's p50. begin appends the limit's modes to v as variants (at most
+   QKB_LIMIT_VARIANTS, each with warmup + reps calls, capped like the
    protocol's runs) and returns their number; after qkb_time_interleaved, end gives the
    limit from those variants' p50 and frees the buffers. Timed beside the ops it bounds, the
    limit sees the same machine: on a shared host the copy bandwidth of a DRAM footprint

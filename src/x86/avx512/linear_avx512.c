@@ -755,7 +755,7 @@ static void fk_worker(const void *ctx, int64_t s0, int64_t s1)
     const int G = g->G;
     const size_t rowf = (size_t)G * 16;
     float *total = g->scratch + (size_t)s0 * (size_t)c->M * rowf;
-    /* M > 4: ceil(M / FK_MM) row groups, split evenly (M = 17: 9 + 8, not 16 + 1), and two
+    /* M > 4: ceil(M / FK_MM) row groups, split evenly (M = 17: 8 + 9, not 16 + 1), and two
        tiles per call for groups of up to 8 rows (twice the chains; the decode per dot product
        depends on the rows only). 2026-12-07, Zen 5: one group of 16 rows (16 chains, each
        code decoded once for 16 rows) runs M = 16 in 0.82-0.88x the time of two groups of 8
