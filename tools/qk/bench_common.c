@@ -144,8 +144,21 @@ void qkb_time_interleaved(qkb_variant *v, int n, int block)
         t[k] = malloc(sizeof(double) * (size_t)(v[k].reps > 0 ? v[k].reps : 1));
         if (!t[k]) abort();
     }
-    for (int r = 0; r < rounds; r++)
-        for (int k = 0; k < n; k++) {
+    int *order = calloc(nn, sizeof(int));
+    if (!order) abort();
+    for (int k = 0; k < n; k++) order[k] = k;
+    uint64_t seed = 0x243f6a8885a308d3ull;
+    for (int r = 0; r < rounds; r++) {
+        /* a fresh order each round (Fisher-Yates, fixed seed): no variant always follows
+           the same one */
+        for (int k = n - 1; k > 0; k--) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            const int o = (int)((seed >> 33) % (uint64_t)(k + 1)), tmp = order[k];
+            order[k] = order[o];
+            order[o] = tmp;
+        }
+        for (int kk = 0; kk < n; kk++) {
+            const int k = order[kk];
             const int turn = r - (rounds - turns[k]);
             if (turn < 0) continue;
             if (turn < warm_turns[k]) {
@@ -168,6 +181,7 @@ void qkb_time_interleaved(qkb_variant *v, int n, int block)
                 spent[k] += d;
             }
         }
+    }
     for (int k = 0; k < n; k++) {
         v[k].st = qkb_stats_of(t[k], got[k]);
         v[k].st.warmup = untimed[k];
@@ -180,6 +194,7 @@ void qkb_time_interleaved(qkb_variant *v, int n, int block)
     free(untimed);
     free(iter);
     free(spent);
+    free(order);
 }
 
 qkb_stats qkb_time_batched(qkb_call_fn fn, void *ctx, int warmup, int reps)

@@ -32,6 +32,9 @@ AI __m512i bcast32_mem(const int32_t *p)
    they round to zero in both element formats. */
 enum { FAST_MIN_SCALE = 20 };
 
+/* BF16 input is prefetched this many blocks (64 B each) ahead of the codes */
+enum { PREFETCH_BLOCKS = 64 };
+
 /* element format constants: E4M3 (e5 = 0) or E5M2 (e5 = 1) */
 #define MBITS(e5) ((e5) ? 2 : 3)
 #define BIAS8(e5) ((e5) ? 15 : 7)
@@ -344,12 +347,29 @@ AI __m512i group_scales_bf16(const uint16_t *p, const int rceil, const int e5, c
     return scale_bytes(_mm512_slli_epi32(max_tree16(a, 1), 16), rceil, e5, ms);
 }
 
+/* Blocks t and t + 1 (x0, x1) of a group, offset codes y (per 128-bit lane: 8 of block t,
+   then 8 of block t + 1): T + code for normal lanes, clamped at 255, below T for lanes that
+   round to zero, in [SUB_LO, SUB_HI] for the element format's subnormal range. kk: the
+   group's per-block constants (quantize_group_bf16). */
+AI __m512i offset_codes_bf16(__m512i x0, __m512i x1, const int32_t *kk, int t, const int e5, const int away)
+{
+    const int sh = 7 - MBITS(e5);
+    const __m512i abs = _mm512_set1_epi16(0x7fff);
+    __m512i r0 = _mm512_add_epi16(_mm512_and_si512(x0, abs), bcast32_mem(kk + t));
+    __m512i r1 = _mm512_add_epi16(_mm512_and_si512(x1, abs), bcast32_mem(kk + t + 1));
+    if (!away) { /* + the code's last bit (bit sh of ap is bit sh of x) */
+        const __m512i lsb = _mm512_set1_epi16((short)(1 << sh)), one = _mm512_set1_epi16(1);
+        r0 = _mm512_mask_add_epi16(r0, _mm512_test_epi16_mask(x0, lsb), r0, one);
+        r1 = _mm512_mask_add_epi16(r1, _mm512_test_epi16_mask(x1, lsb), r1, one);
+    }
+    return _mm512_packus_epi16(_mm512_srai_epi16(r0, sh), _mm512_srai_epi16(r1, sh));
+}
+
 /* the codes of 16 whole BF16 blocks with scale bytes b (group_scales_bf16) */
 AI void quantize_group_bf16(const uint16_t *p, __m512i b, uint8_t *qb, uint8_t *sb, const qk_mx_options *o,
                             const int e5, const int away)
 {
     const int sh = 7 - MBITS(e5);
-    const __m512i abs = _mm512_set1_epi16(0x7fff);
     _mm_storeu_si128((__m128i *)sb, _mm512_cvtepi32_epi8(b));
     const __mmask16 special = _mm512_cmpeq_epi32_mask(b, _mm512_set1_epi32(0xff)) |
                               _mm512_cmplt_epi32_mask(b, _mm512_set1_epi32(FAST_MIN_SCALE));
@@ -369,32 +389,33 @@ AI void quantize_group_bf16(const uint16_t *p, __m512i b, uint8_t *qb, uint8_t *
         _mm512_storeu_si512(kk, _mm512_or_si512(_mm512_and_si512(k, _mm512_set1_epi32(0xffff)), _mm512_slli_epi32(k, 16)));
     }
     const __m512i order = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
+    const __m512i sub_lo = _mm512_set1_epi8((char)SUB_LO(e5)), sub_span = _mm512_set1_epi8(SUB_HI(e5) - SUB_LO(e5));
+    /* the minimum over the group of y - SUB_LO (bytes, unsigned): one test after the loop
+       instead of a compare and a branch per pair of blocks (0.92-0.95x the time) */
+    __m512i low = _mm512_set1_epi8((char)0xff);
     for (int t = 0; t < 16; t += 2) {
         /* reloaded (L1) rather than kept: 16 registers of magnitudes would be spilled */
         __m512i x0 = _mm512_loadu_si512(p + 32 * t), x1 = _mm512_loadu_si512(p + 32 * t + 32);
         OPAQUE(x0);
         OPAQUE(x1);
-        __m512i r0 = _mm512_add_epi16(_mm512_and_si512(x0, abs), bcast32_mem(kk + t));
-        __m512i r1 = _mm512_add_epi16(_mm512_and_si512(x1, abs), bcast32_mem(kk + t + 1));
-        if (!away) { /* + the code's last bit (bit sh of ap is bit sh of x) */
-            const __m512i lsb = _mm512_set1_epi16((short)(1 << sh)), one = _mm512_set1_epi16(1);
-            r0 = _mm512_mask_add_epi16(r0, _mm512_test_epi16_mask(x0, lsb), r0, one);
-            r1 = _mm512_mask_add_epi16(r1, _mm512_test_epi16_mask(x1, lsb), r1, one);
-        }
-        /* per 128-bit lane: 8 of block t, then 8 of block t+1 */
-        const __m512i y = _mm512_packus_epi16(_mm512_srai_epi16(r0, sh), _mm512_srai_epi16(r1, sh));
-        __m512i c;
-        if (__builtin_expect(_mm512_cmple_epu8_mask(_mm512_sub_epi8(y, _mm512_set1_epi8((char)SUB_LO(e5))),
-                                                    _mm512_set1_epi8(SUB_HI(e5) - SUB_LO(e5))) != 0, 0)) {
-            /* a lane in the subnormal range: the general encoder for these two blocks */
-            const short k0 = (short)(kk[t] - (SAT_T(e5) << sh) - rnd), k1 = (short)(kk[t + 1] - (SAT_T(e5) << sh) - rnd);
-            c = _mm512_packus_epi16(codes_bf16(x0, _mm512_set1_epi16(k0), e5, away),
-                                    codes_bf16(x1, _mm512_set1_epi16(k1), e5, away));
-        } else {
-            c = _mm512_ternarylogic_epi32(_mm512_subs_epu8(y, _mm512_set1_epi8((char)SAT_T(e5))),
-                                          _mm512_packs_epi16(x0, x1), _mm512_set1_epi8((char)0x80), 0xf8);
-        }
+        const __m512i y = offset_codes_bf16(x0, x1, kk, t, e5, away);
+        low = _mm512_min_epu8(low, _mm512_sub_epi8(y, sub_lo));
+        const __m512i c = _mm512_ternarylogic_epi32(_mm512_subs_epu8(y, _mm512_set1_epi8((char)SAT_T(e5))),
+                                                    _mm512_packs_epi16(x0, x1), _mm512_set1_epi8((char)0x80), 0xf8);
         _mm512_storeu_si512(qb + 32 * t, _mm512_permutexvar_epi64(order, c));
+    }
+    if (__builtin_expect(_mm512_cmple_epu8_mask(low, sub_span) != 0, 0)) {
+        /* a lane in the subnormal range: the pairs of blocks holding one are encoded again by
+           the general encoder (q never overlaps x) */
+        for (int t = 0; t < 16; t += 2) {
+            const __m512i x0 = _mm512_loadu_si512(p + 32 * t), x1 = _mm512_loadu_si512(p + 32 * t + 32);
+            if (!_mm512_cmple_epu8_mask(_mm512_sub_epi8(offset_codes_bf16(x0, x1, kk, t, e5, away), sub_lo), sub_span))
+                continue;
+            const short k0 = (short)(kk[t] - (SAT_T(e5) << sh) - rnd), k1 = (short)(kk[t + 1] - (SAT_T(e5) << sh) - rnd);
+            const __m512i c = _mm512_packus_epi16(codes_bf16(x0, _mm512_set1_epi16(k0), e5, away),
+                                                  codes_bf16(x1, _mm512_set1_epi16(k1), e5, away));
+            _mm512_storeu_si512(qb + 32 * t, _mm512_permutexvar_epi64(order, c));
+        }
     }
 }
 
@@ -416,6 +437,11 @@ AI void quantize_row(const void *x, const qk_dtype xdt, int64_t K, const qk_mx_o
         for (; j + 16 <= nfull; j += 16) {
             __m512i bn = b;
             if (j + 32 <= nfull) bn = group_scales_bf16(p + 32 * (j + 16), rceil, e5, ms);
+            /* software prefetch 4 KiB ahead (past the row's end too: the next row, where rows
+               are contiguous): on DRAM-resident input 0.92x the time (Zen 5, 2 threads,
+               [512, 17408]); the hardware prefetcher alone runs short of it */
+            for (int t = 0; t < 16; t++)
+                _mm_prefetch((const char *)(p + 32 * (j + PREFETCH_BLOCKS + t)), _MM_HINT_T0);
             quantize_group_bf16(p + 32 * j, b, q + 32 * j, scale + j, o, e5, away);
             b = bn;
         }
