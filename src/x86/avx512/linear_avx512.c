@@ -980,6 +980,32 @@ static void pk_dispatch(int RM, int TN, int CORR, const avx512_layout *l, int64_
 #undef PKT
 }
 
+/* rows [m0, m1) of the panel's TN tiles, super-block j0: the full PK_MR-row tiles through one
+   instance (one dispatch per super-block, not per tile), the last partial tile through pk_dispatch */
+INLINE void pk_rows_tn(const int TN, const int CORR, const avx512_layout *l, int64_t t0, int64_t j0,
+                       const uint16_t *xj, int64_t xjs, int64_t m0, int64_t m1, const uint16_t *pw,
+                       float *run, float *total)
+{
+    int64_t m = m0;
+    for (; m + PK_MR <= m1; m += PK_MR)
+        pk_micro(PK_MR, TN, CORR, l, t0, j0, xj + m * QK_MX_BLOCK, xjs, pw, run + (m - m0) * 64, total + (m - m0) * 64);
+    if (m < m1)
+        pk_dispatch((int)(m1 - m), TN, CORR, l, t0, j0, xj + m * QK_MX_BLOCK, xjs, pw, run + (m - m0) * 64,
+                    total + (m - m0) * 64);
+}
+static __attribute__((noinline)) void pk_rows(int TN, int CORR, const avx512_layout *l, int64_t t0, int64_t j0,
+                                              const uint16_t *xj, int64_t xjs, int64_t m0, int64_t m1,
+                                              const uint16_t *pw, float *run, float *total)
+{
+#define PKR(TNv)                                                                                   \
+    case TNv:                                                                                      \
+        if (CORR) pk_rows_tn(TNv, 1, l, t0, j0, xj, xjs, m0, m1, pw, run, total);                 \
+        else pk_rows_tn(TNv, 0, l, t0, j0, xj, xjs, m0, m1, pw, run, total);                      \
+        return;
+    switch (TN) { PKR(4) PKR(3) PKR(2) default: PKR(1) }
+#undef PKR
+}
+
 typedef struct pk_job {
     const qk_linear_call *c;
     const avx512_layout *l;
@@ -1006,12 +1032,7 @@ static void pk_item(const void *job, int64_t item, char *scratch)
         int corr = 0;   /* the panel's tile-blocks in this super-block: any with corrections */
         for (int t = 0; t < nt; t++)
             for (int i = 0; i < SB_BLOCKS; i++) corr |= l->flags[(t0 + t) * l->kbp + j0 + i];
-        for (int64_t m = m0; m < m1; m += PK_MR) {
-            const int rm = (int)(m1 - m < PK_MR ? m1 - m : PK_MR);
-            const size_t ro = (size_t)(m - m0) * 64;
-            pk_dispatch(rm, nt, corr, l, t0, j0, x->xf + (j0 * c->M + m) * QK_MX_BLOCK, c->M * QK_MX_BLOCK,
-                        pw, run + ro, total + ro);
-        }
+        pk_rows(nt, corr, l, t0, j0, x->xf + j0 * c->M * QK_MX_BLOCK, c->M * QK_MX_BLOCK, m0, m1, pw, run, total);
     }
     for (int64_t m = m0; m < m1; m++) {
         if (x->exact[m]) continue;     /* the exact GEMV writes this row */
