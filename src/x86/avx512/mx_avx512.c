@@ -338,9 +338,44 @@ AI void quantize_group_fast(const void *x, const qk_dtype xdt, int64_t j, const 
 #define SUB_LO(e5) (SAT_T(e5) - ((e5) ? 8 : 24)) /* T + floor((-mb*128 + 2^(sh-1) - 1) / 2^sh) */
 #define SUB_HI(e5) (SAT_T(e5) + ((e5) ? 4 : 8))  /* T + (127 + 2^(sh-1)) >> sh */
 
+/* FLOOR: the 16 scale bytes (u32 lanes) of 16 whole BF16 blocks from their largest biased
+   exponent E (the scale is max(E - emax, 0), 0xFF where E = 255: an Inf or NaN). E of an
+   element is the high byte of x + x; two blocks share a vector (block 2i's E in the odd bytes,
+   2i+1's in the even ones), so the max tree starts from 8 vectors, not 16. */
+AI __m512i group_scales_bf16_floor(const uint16_t *p, const int e5)
+{
+    __m512i v[8];
+    for (int i = 0; i < 8; i++) {
+        const __m512i a = _mm512_loadu_si512(p + 64 * i), b = _mm512_loadu_si512(p + 64 * i + 32);
+        /* (a + a) & 0xFF00 | (b >> 7) & 0x00FF */
+        v[i] = _mm512_ternarylogic_epi32(_mm512_add_epi16(a, a), _mm512_srli_epi16(b, 7),
+                                         _mm512_set1_epi16((short)0xFF00), 0xe4);
+    }
+    __m512i u[4], d[2];
+    for (int i = 0; i < 4; i++) /* low 256 bits: pair 2i, high: pair 2i+1 */
+        u[i] = _mm512_max_epu8(_mm512_shuffle_i64x2(v[2 * i], v[2 * i + 1], 0x44),
+                               _mm512_shuffle_i64x2(v[2 * i], v[2 * i + 1], 0xee));
+    for (int i = 0; i < 2; i++) /* 128-bit lane k: pair 4i+k */
+        d[i] = _mm512_max_epu8(_mm512_shuffle_i64x2(u[2 * i], u[2 * i + 1], 0x88),
+                               _mm512_shuffle_i64x2(u[2 * i], u[2 * i + 1], 0xdd));
+    /* lane k: qword 0 pair k, qword 1 pair 4+k */
+    __m512i e = _mm512_max_epu8(_mm512_unpacklo_epi64(d[0], d[1]), _mm512_unpackhi_epi64(d[0], d[1]));
+    e = _mm512_max_epu8(e, _mm512_srli_epi64(e, 32));
+    e = _mm512_max_epu8(e, _mm512_srli_epi64(e, 16));
+    /* byte 0 of a qword: block 2i+1 of its pair i, byte 1: block 2i. Lane k -> dword 0
+       [2k, 2k+1, 8+2k, 9+2k], then the 16 bytes into block order */
+    e = _mm512_shuffle_epi8(e, _mm512_set4_epi32(-1, -1, -1, 0x08090001));
+    __m128i s = _mm512_castsi512_si128(_mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), e));
+    s = _mm_shuffle_epi8(s, _mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15));
+    const __m512i E = _mm512_cvtepu8_epi32(s);
+    const __m512i b = _mm512_max_epi32(_mm512_sub_epi32(E, _mm512_set1_epi32(e5 ? 15 : 8)), _mm512_setzero_si512());
+    return _mm512_mask_mov_epi32(b, _mm512_cmpeq_epi32_mask(E, _mm512_set1_epi32(255)), _mm512_set1_epi32(0xff));
+}
+
 /* the 16 scale bytes (u32 lanes) of 16 whole BF16 blocks */
 AI __m512i group_scales_bf16(const uint16_t *p, const int rceil, const int e5, const uint32_t *ms)
 {
+    if (!rceil && !ms) return group_scales_bf16_floor(p, e5);
     const __m512i abs = _mm512_set1_epi16(0x7fff);
     __m512i a[16];
     for (int t = 0; t < 16; t++) a[t] = _mm512_and_si512(_mm512_loadu_si512(p + 32 * t), abs);
