@@ -135,6 +135,18 @@ void qk_linear_free_weights(void *p) { free(p); }
 
 static int64_t round_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
 
+void qk_linear_act_rows(const qk_linear_call *c, qk_mx_quantize_row_fn quant, const qk_linear_act *a,
+                        int64_t m0, int64_t m1)
+{
+    qk_mx_options opt = qk_mx_options_default();
+    for (int64_t m = m0; m < m1; m++) {
+        uint8_t *q = a->q + m * a->qstride, *s = a->scale + m * a->sstride;
+        quant(c->x + qk_rows_offset(&c->xr, m), c->xdt, c->K, &opt, q, s);
+        memset(q + c->K, 0, (size_t)(a->qstride - c->K));
+        memset(s + a->kb, 0, (size_t)(a->sstride - a->kb));
+    }
+}
+
 struct act_job {
     const qk_linear_call *c;
     qk_mx_quantize_row_fn quant;
@@ -144,19 +156,10 @@ struct act_job {
 static void act_range(const void *ctx, int64_t begin, int64_t end)
 {
     const struct act_job *j = (const struct act_job *)ctx;
-    const qk_linear_call *c = j->c;
-    const qk_linear_act *a = j->a;
-    qk_mx_options opt = qk_mx_options_default();
-    for (int64_t m = begin; m < end; m++) {
-        uint8_t *q = a->q + m * a->qstride, *s = a->scale + m * a->sstride;
-        j->quant(c->x + qk_rows_offset(&c->xr, m), c->xdt, c->K, &opt, q, s);
-        memset(q + c->K, 0, (size_t)(a->qstride - c->K));
-        memset(s + a->kb, 0, (size_t)(a->sstride - a->kb));
-    }
+    qk_linear_act_rows(j->c, j->quant, j->a, begin, end);
 }
 
-qk_status qk_linear_act_quantize(const qk_linear_call *c, qk_mx_quantize_row_fn quant,
-                                 int64_t qalign, int64_t salign, qk_linear_act *a)
+qk_status qk_linear_act_alloc(const qk_linear_call *c, int64_t qalign, int64_t salign, qk_linear_act *a)
 {
     memset(a, 0, sizeof *a);
     a->M = c->M;
@@ -169,6 +172,14 @@ qk_status qk_linear_act_quantize(const qk_linear_call *c, qk_mx_quantize_row_fn 
     if (!a->mem) return QK_ERR_NOMEM;
     a->q = (uint8_t *)a->mem;
     a->scale = a->q + qbytes;
+    return QK_OK;
+}
+
+qk_status qk_linear_act_quantize(const qk_linear_call *c, qk_mx_quantize_row_fn quant,
+                                 int64_t qalign, int64_t salign, qk_linear_act *a)
+{
+    const qk_status st = qk_linear_act_alloc(c, qalign, salign, a);
+    if (st) return st;
     struct act_job j = {c, quant ? quant : qk_mx_quantize_row_ref, a};
     qk_parallel_for(c->M, c->K * (int64_t)qk_dtype_size(c->xdt), 64 << 10, act_range, &j);
     return QK_OK;

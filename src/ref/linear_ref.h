@@ -23,6 +23,13 @@ typedef struct qk_linear_act {
    to multiples of qalign / salign (powers of two, >= 1). QK_ERR_NOMEM on failure. */
 QK_HIDDEN qk_status qk_linear_act_quantize(const qk_linear_call *c, qk_mx_quantize_row_fn quant,
                                            int64_t qalign, int64_t salign, qk_linear_act *a);
+/* The two halves of qk_linear_act_quantize, for a provider that quantizes rows inside its
+   own pass over them: alloc sets up a (nothing quantized; QK_ERR_NOMEM on failure), rows
+   quantizes rows [m0, m1) of x into it (quant as above, not NULL). */
+QK_HIDDEN qk_status qk_linear_act_alloc(const qk_linear_call *c, int64_t qalign, int64_t salign,
+                                        qk_linear_act *a);
+QK_HIDDEN void qk_linear_act_rows(const qk_linear_call *c, qk_mx_quantize_row_fn quant,
+                                  const qk_linear_act *a, int64_t m0, int64_t m1);
 QK_HIDDEN void qk_linear_act_free(qk_linear_act *a);
 
 /* A call's scratch: 64-byte aligned (NULL on failure); released buffers are cached for the
