@@ -1,7 +1,8 @@
 /* MXFP8 quantize / dequantize row kernels, AVX-512 (F/BW/VL/DQ): bit-identical to
  * src/ref/mx_ref.c for every option, element format and dtype.
  * Quantize: 16 whole blocks at a time, the block maxima come from one transposing max tree
- * and the 16 scale bytes from one vector; then each block's elements are rounded in integer
+ * (for BF16 with FLOOR, the default, a tree over the elements' exponent bytes, two blocks
+ * per vector) and the 16 scale bytes from one vector; then each block's elements are rounded in integer
  * arithmetic on their exponent-rebased magnitudes (BF16 in 32 16-bit lanes, F16/F32 in 16
  * 32-bit lanes). Rare lanes in the element format's subnormal range take a variable-shift
  * path; NaN/Inf blocks and blocks with a scale below 2^-107 (where inputs may be subnormal)
