@@ -126,10 +126,11 @@ static inline vf vst_round_f16_n(uint16_t *p, vf v, int64_t n) { vst_f16_n(p, v,
 #define VEC_HAS_NT_STORE 1
 static inline void vst_nt_f32(float *p, vf v) { _mm256_stream_ps(p, v); }
 static inline void vst_nt_f16(uint16_t *p, vf v) { _mm_stream_si128((__m128i *)p, vcvt_to_f16(v)); }
-static inline vf vst_round_nt_f16(uint16_t *p, vf v)
+static inline vf vst_round_nt_keep_f16(uint16_t *p, uint16_t *kp, vf v)
 {
     const __m128i h = vcvt_to_f16(v);
     _mm_stream_si128((__m128i *)p, h);
+    _mm_store_si128((__m128i *)kp, h);
     return _mm256_cvtph_ps(h);
 }
 static inline void vst_nt_fence(void) { _mm_sfence(); }

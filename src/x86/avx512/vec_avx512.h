@@ -104,16 +104,27 @@ static inline vf vst_round_bf16_n(uint16_t *p, vf v, int64_t n) { vst_bf16_n(p, 
 
 /* Non-temporal (streaming) stores, for calls far larger than the caches: the lines go to
    memory without being read first and without evicting the inputs. p must be 64-byte
-   aligned for f32 (one zmm) and 32-byte aligned for F16 (one ymm); the caller checks
+   aligned for f32 (one zmm) and 32-byte aligned for F16 (16 elements); the caller checks
    its rows and ends the call with vst_nt_fence (streaming stores are weakly ordered).
-   vst_round_nt_f16 also returns the stored value (for the kept residual_out of F16). */
+   vst_round_nt_keep_f16 also stores the F16 bits to the kept row kp (32-byte aligned) and
+   returns the stored value (the streaming F16 rows' residual_out).
+   F16 goes out as two 16-byte streaming stores, not one of 32 bytes: `qk bench norm` on the
+   2-core Zen 5 (2026-12-07, F16 add_gemma 512 x 4096 / 5120 from DRAM, two runs each) had
+   the avx2 provider (16-byte stores) at 0.85-0.94x the time of avx512 with 32-byte ones,
+   and at 0.97-1.03x once avx512 stored 16 bytes at a time. */
 #define VEC_HAS_NT_STORE 1
 static inline void vst_nt_f32(float *p, vf v) { _mm512_stream_ps(p, v); }
-static inline void vst_nt_f16(uint16_t *p, vf v) { _mm256_stream_si256((__m256i *)p, vcvt_to_f16(v)); }
-static inline vf vst_round_nt_f16(uint16_t *p, vf v)
+static inline void vst_nt_f16_bits(uint16_t *p, __m256i h)
+{
+    _mm_stream_si128((__m128i *)p, _mm256_castsi256_si128(h));
+    _mm_stream_si128((__m128i *)p + 1, _mm256_extracti128_si256(h, 1));
+}
+static inline void vst_nt_f16(uint16_t *p, vf v) { vst_nt_f16_bits(p, vcvt_to_f16(v)); }
+static inline vf vst_round_nt_keep_f16(uint16_t *p, uint16_t *kp, vf v)
 {
     const __m256i h = vcvt_to_f16(v);
-    _mm256_stream_si256((__m256i *)p, h);
+    vst_nt_f16_bits(p, h);
+    _mm256_store_si256((__m256i *)kp, h);
     return _mm512_cvtph_ps(h);
 }
 static inline void vst_nt_fence(void) { _mm_sfence(); }
