@@ -84,6 +84,7 @@ qkb_stats qkb_stats_of(double *samples, int n)
     qkb_stats s;
     memset(&s, 0, sizeof s);
     s.reps = n;
+    s.batch = 1;
     if (n <= 0) {
         s.p10 = s.p50 = s.p90 = s.min = s.mean = NAN;
         return s;
@@ -134,12 +135,15 @@ void qkb_time_interleaved(qkb_variant *v, int n, int block)
     int *got = calloc(nn, sizeof(int)), *warm_turns = calloc(nn, sizeof(int));
     int *turns = calloc(nn, sizeof(int)), *untimed = calloc(nn, sizeof(int));
     int64_t *iter = calloc(nn, sizeof(int64_t));
-    double *spent = calloc(nn, sizeof(double));
-    if (!t || !got || !warm_turns || !turns || !untimed || !iter || !spent) abort();
+    double *spent = calloc(nn, sizeof(double)), *warm_min = calloc(nn, sizeof(double));
+    int *batch = calloc(nn, sizeof(int));
+    if (!t || !got || !warm_turns || !turns || !untimed || !iter || !spent || !warm_min || !batch)
+        abort();
     int rounds = 0;
     for (int k = 0; k < n; k++) {
         warm_turns[k] = (v[k].warmup + block - 1) / block;
         turns[k] = warm_turns[k] + (v[k].reps + block - 1) / block;
+        warm_min[k] = INFINITY;
         if (turns[k] > rounds) rounds = turns[k];
         t[k] = malloc(sizeof(double) * (size_t)(v[k].reps > 0 ? v[k].reps : 1));
         if (!t[k]) abort();
@@ -163,9 +167,18 @@ void qkb_time_interleaved(qkb_variant *v, int n, int block)
             if (turn < 0) continue;
             if (turn < warm_turns[k]) {
                 const int64_t left = v[k].warmup - (int64_t)turn * block;
-                for (int64_t c = 0; c < (left < block ? left : block); c++) v[k].fn(v[k].ctx, iter[k]++);
+                for (int64_t c = 0; c < (left < block ? left : block); c++) {
+                    const double t0 = qkb_now();
+                    v[k].fn(v[k].ctx, iter[k]++);
+                    const double d = qkb_now() - t0;
+                    if (d < warm_min[k]) warm_min[k] = d;
+                }
                 untimed[k] += (int)(left < block ? left : block);
                 continue;
+            }
+            if (!batch[k]) { /* calls per sample, from the fastest warm-up call */
+                const double b = ceil(QKB_MIN_SAMPLE_S / warm_min[k]);
+                batch[k] = !(b > 1.0) ? 1 : b > QKB_MAX_BATCH ? QKB_MAX_BATCH : (int)b;
             }
             const int want = v[k].reps - got[k] < block ? v[k].reps - got[k] : block;
             if (want <= 0) continue;
@@ -175,9 +188,9 @@ void qkb_time_interleaved(qkb_variant *v, int n, int block)
             untimed[k]++;
             for (int c = 0; c < want; c++) {
                 const double t0 = qkb_now();
-                v[k].fn(v[k].ctx, iter[k]++);
+                for (int b = 0; b < batch[k]; b++) v[k].fn(v[k].ctx, iter[k]++);
                 const double d = qkb_now() - t0;
-                t[k][got[k]++] = d;
+                t[k][got[k]++] = d / batch[k];
                 spent[k] += d;
             }
         }
@@ -185,6 +198,7 @@ void qkb_time_interleaved(qkb_variant *v, int n, int block)
     for (int k = 0; k < n; k++) {
         v[k].st = qkb_stats_of(t[k], got[k]);
         v[k].st.warmup = untimed[k];
+        v[k].st.batch = batch[k] ? batch[k] : 1;
         free(t[k]);
     }
     free(t);
@@ -194,6 +208,8 @@ void qkb_time_interleaved(qkb_variant *v, int n, int block)
     free(untimed);
     free(iter);
     free(spent);
+    free(warm_min);
+    free(batch);
     free(order);
 }
 
@@ -829,6 +845,7 @@ void qkb_json_stats(qkb_json *j, const char *key, const qkb_stats *s)
     qkb_json_num(j, "mean_s", s->mean);
     qkb_json_int(j, "warmup", s->warmup);
     qkb_json_int(j, "reps", s->reps);
+    qkb_json_int(j, "calls_per_sample", s->batch);
     qkb_json_end(j);
 }
 

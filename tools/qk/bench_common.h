@@ -39,6 +39,7 @@ typedef struct qkb_stats {
     double p10, p50, p90;             /* seconds per call */
     double min, mean;
     int reps, warmup;
+    int batch;                        /* calls per timed sample (qkb_time_interleaved) */
 } qkb_stats;
 
 /* Percentile p in [0, 1] of sorted[0..n-1], linear interpolation between ranks. */
@@ -66,7 +67,13 @@ qkb_stats qkb_time_calls_capped(qkb_call_fn fn, void *ctx, int warmup, int reps,
    Each variant makes its own warmup + reps timed-or-not calls (iter counts every call from
    0); variants with fewer turns join later, so all of them end together. A variant stops
    timing once its timed calls add up to max_seconds (0: no cap) and it has min_reps
-   samples. st.warmup counts the untimed calls, st.reps the timed ones. */
+   samples. st.warmup counts the untimed calls, st.reps the timed samples. A sample is one
+   call, or, for a variant whose fastest warm-up call took under QKB_MIN_SAMPLE_S, a batch
+   of back-to-back calls lasting about that long (at most QKB_MAX_BATCH; st.batch), divided
+   by their number: the clock here reads in ~20 ns steps of 10 ns, which moved sub-us
+   cells by 10-20%. */
+#define QKB_MIN_SAMPLE_S 2e-6
+#define QKB_MAX_BATCH 64
 typedef struct qkb_variant {
     qkb_call_fn fn;
     void *ctx;

@@ -505,6 +505,7 @@ static void write_run(qkb_json *j, const char *key, const run_result *r)
     qkb_json_num(j, "mean_s", r->st.mean);
     qkb_json_int(j, "warmup", r->st.warmup);
     qkb_json_int(j, "reps", r->st.reps);
+    qkb_json_int(j, "calls_per_sample", r->st.batch);
     qkb_json_bool(j, "fewer_reps", r->few_reps);
     qkb_json_num(j, "gbps", r->gbps);
     qkb_json_num(j, "fraction_of_copy", r->fraction);
@@ -535,7 +536,9 @@ static bool write_json(const bench *bn, const comparison *cmp, int ncmp, const q
     qkb_json_num(&j, "ref_fewer_reps_above_run_s", QKB_SLOW_RUN_S);
     qkb_json_num(&j, "run_cap_s", QKB_RUN_CAP_S);
     qkb_json_str(&j, "timing", "the runs of one cell and op take turns (round robin): in a "
-                 "turn a run makes one untimed call, then 10 calls each timed on its own; the "
+                 "turn a run makes one untimed call, then 10 timed samples: one call each, or for "
+                 "calls under 2 us a batch of back-to-back calls lasting ~2 us, per call "
+                 "(calls_per_sample); the "
                  "warmup count includes those untimed calls; the copy limit's modes (1 thread, "
                  "all threads, non-temporal stores) are runs of the same rotation, each call "
                  "a batch of >= 20 us, and the limit is the best mode's p50");
