@@ -16,9 +16,10 @@
 
 /* every path of every provider: the GEMV (M <= 3), the small-M kernel and its row groups
    (4..128, groups of 8), the GEMM (129, 512), every row-group tail (avx512's panel GEMM,
-   from M = 32 in tiles of 4 rows: 99, 130 and 129 end in 3, 2 and 1 rows; its folded kernel's
-   one-group sizes 12, 13) */
-static const int64_t Ms[] = {0, 1, 2, 3, 4, 5, 7, 8, 12, 13, 15, 16, 17, 31, 32, 33, 64, 65, 99, 128, 129, 130, 512};
+   from M = 48 in tiles of 4 rows: 99, 130 and 129 end in 3, 2 and 1 rows; its folded kernel's
+   one-group sizes 12, 13, its two and three groups 17 .. 47, and both sides of the switch,
+   47 and 48) */
+static const int64_t Ms[] = {0, 1, 2, 3, 4, 5, 7, 8, 12, 13, 15, 16, 17, 31, 32, 33, 47, 48, 64, 65, 99, 128, 129, 130, 512};
 static const int64_t Ns[] = {1, 3, 16, 17, 64, 100};
 static const int64_t Ks[] = {1, 31, 32, 33, 64, 100, 1152, 4304};
 static const qk_dtype Dt[] = {QK_DTYPE_F32, QK_DTYPE_F16, QK_DTYPE_BF16};

@@ -23,7 +23,7 @@
  *     at M = 4, and beat a BF16-panel GEMM (exact or folded) from M = 5 to 512: M = 16
  *     (5120, 5120) 3.60 -> 2.58 ms, M = 128 (17408, 5120) 109 -> 60 ms; at M = 512 it runs
  *     0.70-0.83 of the vdpbf16ps peak, where oneDNN's BF16 matmul runs 0.86-0.95.
- *   M >= 32 (96 until 2026-12-07), the same weights: the folded panel GEMM (each 4-tile
+ *   M >= 48 (96 until 2026-12-07, then 32), the same weights: the folded panel GEMM (each 4-tile
  *     panel decoded once per call, its block scales folded into the BF16 exponents; a 4 x 4
  *     register tile, the running sums in L1, since 2026-12-07: M = 512 0.93-0.96x the time
  *     of the 3 x 4 tile with register sums on the Zen 5; the folded kernel's bits).
@@ -31,7 +31,9 @@
  *     the folded kernel's time (5120, 5120) 66.5 -> 62.8 ms, (17408, 5120) 240 -> 212 ms;
  *     M = 96 / 128 0.89-0.98x; M = 64 / 72 / 80 0.95-1.05x (either way), so 96 was the start;
  *     with the 4 x 4 tile, on the Zen 5 (2026-12-07): M = 32 0.94-1.00x, 48 0.88-0.99x, 64
- *     0.82-0.90x the folded kernel's time, M = 16 1.02-1.04x, so 32 is the start.
+ *     0.82-0.90x the folded kernel's time, M = 16 1.02-1.04x, so 32 was the start; once the
+ *     folded kernel streamed each tile's codes whole (2026-12-07: M = 5..31 0.84-0.97x the
+ *     time) it ran M = 32..47 in 0.87-1.01x the panel GEMM's time, so 48 is.
  *   a weight with a wider row (quantized weights span a few powers of two): the exact
  *     GEMV (M <= 4) and the exact BF16-panel GEMM (M > 4). */
 #include "internal.h"

@@ -39,8 +39,11 @@
  *     (2026-12-06, Zen 4, a 3 x 4 tile with its running sums in registers, M = 512:
  *     0.88-0.95x the folded kernel's time; M = 64 and 80 0.97-1.05x, so it started at 96).
  *     2026-12-07, Zen 5: a 4 x 4 tile with the running sums in L1 (16 vdpbf16ps chains)
- *     runs M = 512 in 0.93-0.96x the 3 x 4 tile's time, and from M = 32 on it beats the
+ *     runs M = 512 in 0.93-0.96x the 3 x 4 tile's time, and from M = 32 on it beat the
  *     folded kernel: M = 32 0.94-1.00x, 48 0.88-0.99x, 64 0.82-0.90x (M = 16: 1.02-1.04x).
+ *     Once the folded kernel streamed each tile's codes whole (fk_worker, 2026-12-07) it ran
+ *     M = 32..47 in 0.87-1.01x the panel GEMM's time and M = 48 / 64 in 0.99-1.03x /
+ *     1.01-1.09x, so the panel GEMM starts at 48.
  *   another weight: the exact GEMV above for M <= 4, one pass over the weight per group of up
  *     to 4 rows; for M > 4 the exact GEMM: per k-chunk each work item's panels of 3 tiles are
  *     decoded once into BF16 and a 4 x 48 register tile runs over them, with the per-block
@@ -86,12 +89,13 @@
 #define FK_PREFETCH (2 * SB_BYTES)
 #define FK_PREFETCH_L2 (8 * SB_BYTES)
 #define FK_GROUP_MAX 8           /* folded kernel: most tiles per group (L2: x~ chunk + codes + sums) */
+#define FK_X_L2_BYTES (1 << 20)  /* folded kernel: x~ up to this size is read from L2 (fk_worker) */
 #define FK_SPAN 40               /* folded kernel: largest sx span over a row's nonzero blocks */
 #define FK_XOFF 64               /* folded kernel: x~ offset, 2^64 (see the folded kernel) */
 #define FK_WOFF 60               /* folded kernel: block scale offset */
 #define FK_EOFF (120 - FK_XOFF - FK_WOFF)
 #ifndef PK_MIN_M
-#define PK_MIN_M 32              /* the folded panel GEMM from this M on (see run_panel) */
+#define PK_MIN_M 48              /* the folded panel GEMM from this M on (see run_panel) */
 #endif
 
 #define INLINE static inline __attribute__((always_inline))
@@ -733,10 +737,9 @@ static void fk_dispatch(int MM, int TT, const avx512_layout *l, const act512 *x,
 }
 
 /* Tiles per group (and per call when M <= 4): 4 for M <= 3 (the weight stream is the limit:
-   more tiles in flight), 2 for M = 4. From M = 5 on (one tile per call) a group's tiles share
-   each k-chunk of x~ while it is in L2, so more tiles per group read x~ from L3 fewer times
-   (M x K x 2 bytes per group: 17.8 MB at M = 512, K = 17408); up to FK_GROUP_MAX, keeping at
-   least 8 groups per thread for the shared counter to balance. */
+   more tiles in flight), 2 for M = 4. From M = 5 on (one or two tiles per call, each tile's
+   whole stream in turn, x~ (M x K x 2 bytes, M < PK_MIN_M) from L2) up to FK_GROUP_MAX,
+   keeping at least 8 groups per thread for the shared counter to balance. */
 static int fk_group(int64_t M, int64_t tiles, int64_t threads)
 {
     if (M <= 4) return M <= 3 ? 4 : 2;
@@ -770,6 +773,14 @@ static void fk_worker(const void *ctx, int64_t s0, int64_t s1)
        (M = 13: 0.83x); two tiles for 7 and 8 rows, M = 7 0.96x, M = 8 within 3%. */
     const int64_t ng = (c->M + FK_MM - 1) / FK_MM;
     const int ttr = (c->M + ng - 1) / ng <= 8 ? 2 : 1;
+    /* The order over a group's tiles and k-chunks (each tile sums its chunks in order either
+       way: the same bits). Where x~ (M x K x 2 bytes) fits in L2, each run of ttr tiles takes
+       its whole stream, chunk after chunk (the chunk's codes in L1 for the ng row groups), so
+       the prefetches stay ahead of one stream; else every tile of the group takes chunk j0
+       before any takes chunk j0 + 1, sharing x~'s chunk while it is in L2. 2026-12-07, Zen 5,
+       interleaved A/B: the first order runs M = 5..31 in 0.84-0.97x the time of the second
+       ((1152, 4304) .. (5120, 17408)), but M = 31 (5120, 17408) (x~ 1.08 MB) in 1.03x. */
+    const int span = c->M * c->K * 2 <= FK_X_L2_BYTES ? ttr : G;
     for (;;) {
         const int64_t b = __atomic_fetch_add(&g->next, g->chunk, __ATOMIC_RELAXED);
         if (b >= g->groups) break;
@@ -778,19 +789,22 @@ static void fk_worker(const void *ctx, int64_t s0, int64_t s1)
             const int64_t t0 = grp * G;
             const int tt = (int)(l->tiles - t0 < G ? l->tiles - t0 : G);
             memset(total, 0, (size_t)c->M * rowf * sizeof(float));
-            for (int64_t j0 = 0; j0 < l->kbp; j0 += GROUP_BLOCKS) {
-                const int64_t nj = l->kbp - j0 < GROUP_BLOCKS ? l->kbp - j0 : GROUP_BLOCKS;
-                if (c->M <= 4)   /* one row group, the group's tiles at once */
-                    fk_dispatch((int)c->M, tt, l, x, 0, t0, j0, nj, total, rowf);
-                else             /* ng row groups of near-equal size, ttr tiles at a time */
-                    for (int t = 0; t < tt; t += ttr)
-                        for (int64_t gi = 0; gi < ng; gi++) {
-                            const int64_t m = gi * c->M / ng;
-                            const int mm = (int)((gi + 1) * c->M / ng - m);
-                            fk_dispatch(mm, tt - t < ttr ? tt - t : ttr, l, x, m, t0 + t, j0, nj,
-                                        total + (size_t)m * rowf + (size_t)t * 16, rowf);
-                        }
-            }
+            if (c->M <= 4)   /* one row group, the group's tiles at once */
+                for (int64_t j0 = 0; j0 < l->kbp; j0 += GROUP_BLOCKS)
+                    fk_dispatch((int)c->M, tt, l, x, 0, t0, j0,
+                                l->kbp - j0 < GROUP_BLOCKS ? l->kbp - j0 : GROUP_BLOCKS, total, rowf);
+            else             /* ng row groups of near-equal size, ttr tiles at a time */
+                for (int ts = 0; ts < tt; ts += span)
+                    for (int64_t j0 = 0; j0 < l->kbp; j0 += GROUP_BLOCKS) {
+                        const int64_t nj = l->kbp - j0 < GROUP_BLOCKS ? l->kbp - j0 : GROUP_BLOCKS;
+                        for (int t = ts; t < ts + span && t < tt; t += ttr)
+                            for (int64_t gi = 0; gi < ng; gi++) {
+                                const int64_t m = gi * c->M / ng;
+                                const int mm = (int)((gi + 1) * c->M / ng - m);
+                                fk_dispatch(mm, tt - t < ttr ? tt - t : ttr, l, x, m, t0 + t, j0,
+                                            nj, total + (size_t)m * rowf + (size_t)t * 16, rowf);
+                            }
+                    }
             for (int64_t m = 0; m < c->M; m++) {
                 if (x->exact[m]) continue;     /* the exact GEMV writes this row */
                 for (int t = 0; t < tt; t++)
