@@ -2,9 +2,11 @@
  *   norm family -> avx2 (8-lane f32 with double-accumulated sums of squares; BF16 rows in
  *                  even/odd halves with exact integer RNE; 27-30x ref, 4.4-4.9x the
  *                  composite, `qk bench norm` on Zen 3; F16/F32 calls moving >= 12 MiB
- *                  prefetch row i + 2 and store with non-temporal stores: F16 add_gemma
- *                  512 x 4096 / 5120 from DRAM 0.70-0.72x the time, a v3 build on Zen 4,
- *                  2026-12-05; not yet measured on Zen 3)
+ *                  prefetch and store with non-temporal stores: F16 add_gemma 512 x 4096 /
+ *                  5120 from DRAM 0.70-0.72x the time, a v3 build on Zen 4, 2026-12-05 (row
+ *                  i + 2 into L2 then; the streamed row 3 KB ahead into L1 and F16 kept rows
+ *                  since 2026-12-07: the avx2 provider 0.94-0.96x that on a Zen 5); not yet
+ *                  measured on Zen 3)
  *   mx ops -> avx2 (BF16->E4M3: 7.8 Gelem/s per thread vs ref 0.08 on Zen 5; on Zen 3 85x
  *                   ref, 0.37 of copy bandwidth from cache and 0.58 from DRAM, qk bench quant)
  *   mxfp8_linear -> avx2 (f32 FMA: 10-28x ref at M = 1, 0.81-0.98 of read bandwidth; 0.40-0.64

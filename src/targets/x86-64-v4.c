@@ -4,8 +4,11 @@
  *                  vdpbf16ps sums of squares and vcvtne2ps2bf16 stores where no result
  *                  can be subnormal (it flushes those), integer RNE otherwise; 2.3x avx2,
  *                  42x ref, geometric means of `qk bench norm`; calls moving >= 12 MiB
- *                  prefetch row i + 2 and store with non-temporal stores: add_gemma
- *                  512 x 4096 / 5120 from DRAM 0.75-0.85x the time, 2026-12-05, Zen 4)
+ *                  prefetch the streamed row 3 KB ahead into L1 and store with
+ *                  non-temporal stores (F16 16 bytes at a time): add_gemma 512 x 4096 /
+ *                  5120 from DRAM 0.75-0.85x the time, 2026-12-05, Zen 4 (row i + 2 into
+ *                  L2 then); the L1 prefetch and F16 kept rows 0.59-0.86x that on the Zen 5,
+ *                  2026-12-07, 0.90-1.00 of copy bandwidth in `qk bench norm`)
  *   mx ops -> avx512 (BF16->E4M3: 15.8 Gelem/s per thread vs avx2 7.8, ref 0.08; Zen 5)
  */
 /* mxfp8_linear -> avx512. Its paths, by what `qk bench linear` and interleaved A/B runs
