@@ -57,7 +57,7 @@ qkb_stats qkb_time_calls(qkb_call_fn fn, void *ctx, int warmup, int reps);
 qkb_stats qkb_time_calls_capped(qkb_call_fn fn, void *ctx, int warmup, int reps,
                                 double max_seconds, int min_reps);
 /* Several variants of one measurement (providers of one cell), timed interleaved: in turns,
-   round robin, each call timed on its own. A burst of load from other processes then hits
+   each sample timed on its own. A burst of load from other processes then hits
    every variant alike, so their ratios hold on a shared machine. The order of the turns is
    shuffled each round (a fixed seed), so no variant always follows the same one (in a fixed
    order the public quantize call, right after the copy limit, ran 5-10% slower than the

@@ -535,7 +535,7 @@ static bool write_json(const bench *bn, const comparison *cmp, int ncmp, const q
     qkb_json_int(&j, "reps", bn->opt.quick ? 5 : 200);
     qkb_json_num(&j, "ref_fewer_reps_above_run_s", QKB_SLOW_RUN_S);
     qkb_json_num(&j, "run_cap_s", QKB_RUN_CAP_S);
-    qkb_json_str(&j, "timing", "the runs of one cell and op take turns (round robin): in a "
+    qkb_json_str(&j, "timing", "the runs of one cell and op take turns (their order shuffled each round): in a "
                  "turn a run makes one untimed call, then 10 timed samples: one call each, or for "
                  "calls under 2 us a batch of back-to-back calls lasting ~2 us, per call "
                  "(calls_per_sample); the "

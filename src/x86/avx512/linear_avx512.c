@@ -737,9 +737,10 @@ static void fk_dispatch(int MM, int TT, const avx512_layout *l, const act512 *x,
 }
 
 /* Tiles per group (and per call when M <= 4): 4 for M <= 3 (the weight stream is the limit:
-   more tiles in flight), 2 for M = 4. From M = 5 on (one or two tiles per call, each tile's
-   whole stream in turn, x~ (M x K x 2 bytes, M < PK_MIN_M) from L2) up to FK_GROUP_MAX,
-   keeping at least 8 groups per thread for the shared counter to balance. */
+   more tiles in flight), 2 for M = 4. From M = 5 on (one or two tiles per call; where x~
+   fits in L2 each tile's whole stream in turn, else the group's tiles share each k-chunk of
+   x~ while it is in L2, see fk_worker) up to FK_GROUP_MAX, keeping at least 8 groups per
+   thread for the shared counter to balance. */
 static int fk_group(int64_t M, int64_t tiles, int64_t threads)
 {
     if (M <= 4) return M <= 3 ? 4 : 2;
