@@ -32,6 +32,13 @@ QK_HIDDEN void qk_linear_act_rows(const qk_linear_call *c, qk_mx_quantize_row_fn
                                   const qk_linear_act *a, int64_t m0, int64_t m1);
 QK_HIDDEN void qk_linear_act_free(qk_linear_act *a);
 
+/* Work sharing over [0, groups) through the shared counter *next (0 at the start): a thread
+   takes the run [*b, *e), the groups left over 4 x threads (at least one), and false when none
+   is left. The runs shrink towards the end, so the threads finish within about one group of
+   each other, and a thread the OS preempts holds up only its current run. */
+QK_HIDDEN bool qk_linear_take_groups(int64_t *next, int64_t groups, int64_t threads, int64_t *b,
+                                     int64_t *e);
+
 /* A call's scratch: 64-byte aligned (NULL on failure); released buffers are cached for the
    next call (up to 16 buffers, 512 MiB), so a serving loop does not fault pages every call. */
 QK_HIDDEN void *qk_linear_alloc(size_t bytes);

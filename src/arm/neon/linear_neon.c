@@ -177,7 +177,7 @@ typedef struct neon_job {
     const uint8_t *pow2;    /* [M]: 1 when every block of the row scales by scale_block_pow2 */
     int64_t kp, m0;
     int MM, TT;
-    int64_t groups, chunk, next;   /* tile groups, handed out chunk by chunk */
+    int64_t groups, threads, next; /* tile groups, handed out by qk_linear_take_groups */
 } neon_job;
 
 INLINE void neon_tiles(const neon_job *g, int64_t t0, const int MM, const int TT, const int pow2)
@@ -237,8 +237,8 @@ INLINE void neon_tiles(const neon_job *g, int64_t t0, const int MM, const int TT
     }
 }
 
-/* Threads take chunks of tile groups from a shared counter (a preempted thread holds up
-   only its current chunk); which thread computes a tile never changes its result. */
+/* Threads take runs of tile groups from a shared counter (qk_linear_take_groups); which
+   thread computes a tile never changes its result. */
 static void neon_worker(const void *ctx, int64_t s0, int64_t s1)
 {
     neon_job *g = (neon_job *)(uintptr_t)ctx;
@@ -246,10 +246,8 @@ static void neon_worker(const void *ctx, int64_t s0, int64_t s1)
     (void)s1;
     int p2 = 1;
     for (int m = 0; m < g->MM; m++) p2 &= g->pow2[g->m0 + m];
-    for (;;) {
-        const int64_t b = __atomic_fetch_add(&g->next, g->chunk, __ATOMIC_RELAXED);
-        if (b >= g->groups) break;
-        const int64_t e = g->groups - b < g->chunk ? g->groups : b + g->chunk;
+    int64_t b, e;
+    while (qk_linear_take_groups(&g->next, g->groups, g->threads, &b, &e)) {
         for (int64_t grp = b; grp < e; grp++) {
             const int64_t t0 = grp * g->TT;
             const int tt = (int)(g->l->tiles - t0 < g->TT ? g->l->tiles - t0 : g->TT);
@@ -455,7 +453,7 @@ static qk_status neon_run(const qk_linear_call *c)
         g.groups = (l->tiles + g.TT - 1) / g.TT;
         int64_t threads = g.groups * g.TT * l->tile_bytes < (128 << 10) ? 1 : qk_threads();
         if (threads > g.groups) threads = g.groups;
-        g.chunk = g.groups / (threads * 8) > 1 ? g.groups / (threads * 8) : 1;
+        g.threads = threads;
         qk_parallel_for(threads, 1, 0, neon_worker, &g);
     }
     qk_linear_free(xt);

@@ -287,7 +287,7 @@ typedef struct dot_job {
     const bf16_layout *l;
     const act_bf16 *x;
     int MM, TT;
-    int64_t groups, chunk, next;   /* tile groups, handed out chunk by chunk */
+    int64_t groups, threads, next; /* tile groups, handed out by qk_linear_take_groups */
 } dot_job;
 
 /* acc[m][t][v] += the rows' pairs p = 4 p4 + lane against x's pair (lane of xq[m]) */
@@ -367,8 +367,8 @@ INLINE void dot_tiles(const dot_job *g, int64_t t0, const int MM, const int TT, 
     }
 }
 
-/* Threads take chunks of tile groups from a shared counter; which thread computes a tile
-   never changes its result. */
+/* Threads take runs of tile groups from a shared counter (qk_linear_take_groups); which
+   thread computes a tile never changes its result. */
 static void dot_worker(const void *ctx, int64_t s0, int64_t s1)
 {
     dot_job *g = (dot_job *)(uintptr_t)ctx;
@@ -376,10 +376,8 @@ static void dot_worker(const void *ctx, int64_t s0, int64_t s1)
     (void)s1;
     int p2 = 1;
     for (int m = 0; m < g->MM; m++) p2 &= g->x->pow2[m];
-    for (;;) {
-        const int64_t b = __atomic_fetch_add(&g->next, g->chunk, __ATOMIC_RELAXED);
-        if (b >= g->groups) break;
-        const int64_t e = g->groups - b < g->chunk ? g->groups : b + g->chunk;
+    int64_t b, e;
+    while (qk_linear_take_groups(&g->next, g->groups, g->threads, &b, &e)) {
         for (int64_t grp = b; grp < e; grp++) {
             const int64_t t0 = grp * g->TT;
             const int tt = (int)(g->l->tiles - t0 < g->TT ? g->l->tiles - t0 : g->TT);
@@ -408,7 +406,7 @@ static void run_dot(const qk_linear_call *c, const bf16_layout *l, const act_bf1
     g.groups = (l->tiles + g.TT - 1) / g.TT;
     int64_t threads = g.groups * g.TT * l->tile_bytes < (128 << 10) ? 1 : qk_threads();
     if (threads > g.groups) threads = g.groups;
-    g.chunk = g.groups / (threads * 8) > 1 ? g.groups / (threads * 8) : 1;
+    g.threads = threads;
     qk_parallel_for(threads, 1, 0, dot_worker, &g);
 }
 

@@ -457,7 +457,7 @@ typedef struct gemv_job {
     const act512 *x;
     int64_t m0;
     int MM, TT;
-    int64_t groups, chunk, next;   /* tile groups, handed out chunk by chunk */
+    int64_t groups, threads, next; /* tile groups, handed out by take_guided */
 } gemv_job;
 
 INLINE void gemv_block(const int MM, const int TT, const int A, __m512 acc[GEMV_MAX_M][4][2],
@@ -561,18 +561,16 @@ static void gemv_dispatch(const gemv_job *g, int64_t t0, int TT)
 #undef GT
 }
 
-/* Threads take chunks of tile groups from a shared counter (a thread the OS preempts holds
-   up only its current chunk); which thread computes a tile never changes its result. */
+/* Threads take runs of tile groups from a shared counter (qk_linear_take_groups); which
+   thread computes a tile never changes its result. */
 static void gemv_worker(const void *ctx, int64_t s0, int64_t s1)
 {
     gemv_job *g = (gemv_job *)(uintptr_t)ctx;
     (void)s0;
     (void)s1;
     const int64_t tiles = g->l->tiles;
-    for (;;) {
-        const int64_t b = __atomic_fetch_add(&g->next, g->chunk, __ATOMIC_RELAXED);
-        if (b >= g->groups) break;
-        const int64_t e = g->groups - b < g->chunk ? g->groups : b + g->chunk;
+    int64_t b, e;
+    while (qk_linear_take_groups(&g->next, g->groups, g->threads, &b, &e)) {
         for (int64_t grp = b; grp < e; grp++) {
             const int64_t t0 = grp * g->TT;
             const int64_t tt = tiles - t0 < g->TT ? tiles - t0 : g->TT;
@@ -597,7 +595,7 @@ static void run_gemv(const qk_linear_call *c, const avx512_layout *l, const act5
         g.groups = (l->tiles + g.TT - 1) / g.TT;
         int64_t threads = g.groups * g.TT * l->tile_bytes < (192 << 10) ? 1 : qk_threads();
         if (threads > g.groups) threads = g.groups;
-        g.chunk = g.groups / (threads * 8) > 1 ? g.groups / (threads * 8) : 1;
+        g.threads = threads;
         qk_parallel_for(threads, 1, 0, gemv_worker, &g);
     }
 }
@@ -765,7 +763,7 @@ typedef struct fk_job {
     const avx512_layout *l;
     const act512 *x;
     int G;                         /* tiles per group (fk_group) */
-    int64_t groups, chunk, next;   /* tile groups, handed out chunk by chunk */
+    int64_t groups, threads, next; /* tile groups, handed out by take_guided */
     float *scratch;                /* per thread: total [M][G][16] */
 } fk_job;
 
@@ -794,10 +792,8 @@ static void fk_worker(const void *ctx, int64_t s0, int64_t s1)
        interleaved A/B: the first order runs M = 5..31 in 0.84-0.97x the time of the second
        ((1152, 4304) .. (5120, 17408)), but M = 31 (5120, 17408) (x~ 1.08 MB) in 1.03x. */
     const int span = c->M * c->K * 2 <= FK_X_L2_BYTES ? ttr : G;
-    for (;;) {
-        const int64_t b = __atomic_fetch_add(&g->next, g->chunk, __ATOMIC_RELAXED);
-        if (b >= g->groups) break;
-        const int64_t e = g->groups - b < g->chunk ? g->groups : b + g->chunk;
+    int64_t b, e;
+    while (qk_linear_take_groups(&g->next, g->groups, g->threads, &b, &e)) {
         for (int64_t grp = b; grp < e; grp++) {
             const int64_t t0 = grp * G;
             const int tt = (int)(l->tiles - t0 < G ? l->tiles - t0 : G);
@@ -840,7 +836,7 @@ static qk_status run_folded(const qk_linear_call *c, const avx512_layout *l, con
     g.G = G;
     g.groups = (l->tiles + G - 1) / G;
     if (threads > g.groups) threads = g.groups;
-    g.chunk = g.groups / (threads * 8) > 1 ? g.groups / (threads * 8) : 1;
+    g.threads = threads;
     g.scratch = (float *)qk_linear_alloc((size_t)threads * (size_t)c->M * (size_t)G * 16 * sizeof(float));
     if (!g.scratch) return QK_ERR_NOMEM;
     qk_parallel_for(threads, 1, 0, fk_worker, &g);
