@@ -21,7 +21,9 @@
  *     (5120, 5120) 70-75 -> 68 ms; each tile's stream also prefetched into L2 8 super-blocks
  *     ahead, 2026-12-05: M = 1, 2 from DRAM 0.92-0.97x the time on the Zen 4; on the Zen 5,
  *     2026-12-07, groups of up to 3 rows prefetch one super-block ahead into L1 only: M = 1..3
- *     0.80-0.94x the time there). It matched the exact GEMV at M = 1..3
+ *     0.80-0.94x the time there; later that day, groups of 2-4 tiles broadcast each x~ pair
+ *     into a register (M = 6..8 0.87-0.91x the time) and threads take guided runs of tile
+ *     groups (M = 16 (17408, 5120) 0.95x)). It matched the exact GEMV at M = 1..3
  *     (both at the weight stream: 0.85-0.93 of read bandwidth at M = 1 for 87.7 MiB), beat it
  *     at M = 4, and beat a BF16-panel GEMM (exact or folded) from M = 5 to 512: M = 16
  *     (5120, 5120) 3.60 -> 2.58 ms, M = 128 (17408, 5120) 109 -> 60 ms; at M = 512 it runs
