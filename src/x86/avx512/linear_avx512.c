@@ -457,7 +457,7 @@ typedef struct gemv_job {
     const act512 *x;
     int64_t m0;
     int MM, TT;
-    int64_t groups, threads, next; /* tile groups, handed out by take_guided */
+    int64_t groups, threads, next; /* tile groups, handed out by qk_linear_take_groups */
 } gemv_job;
 
 INLINE void gemv_block(const int MM, const int TT, const int A, __m512 acc[GEMV_MAX_M][4][2],
@@ -763,7 +763,7 @@ typedef struct fk_job {
     const avx512_layout *l;
     const act512 *x;
     int G;                         /* tiles per group (fk_group) */
-    int64_t groups, threads, next; /* tile groups, handed out by take_guided */
+    int64_t groups, threads, next; /* tile groups, handed out by qk_linear_take_groups */
     float *scratch;                /* per thread: total [M][G][16] */
 } fk_job;
 
