@@ -39,9 +39,9 @@
  *     0.82-0.90x the folded kernel's time, M = 16 1.02-1.04x, so 32 was the start; once the
  *     folded kernel streamed each tile's codes whole (2026-12-07: M = 5..31 0.84-0.97x the
  *     time) it ran M = 32..47 in 0.87-1.01x the panel GEMM's time, so 48 is. Each row tile
-     prefetches the next one's x~ into L1 (2026-12-07, Zen 5: M = 512 (5120, 17408), whose
-     17.8 MB x~ the weight stream evicts from L3, 0.58-0.93x the time; within 1% on a quiet
-     host).
+ *     prefetches the next one's x~ into L1 (2026-12-07, Zen 5: M = 512 (5120, 17408), whose
+ *     17.8 MB x~ the weight stream evicts from L3, 0.58-0.93x the time; within 1% on a quiet
+ *     host).
  *   a weight with a wider row (quantized weights span a few powers of two): the exact
  *     GEMV (M <= 4) and the exact BF16-panel GEMM (M > 4). */
 #include "internal.h"

@@ -1028,7 +1028,7 @@ INLINE void pk_rows_tn(const int TN, const int CORR, const avx512_layout *l, int
            prefetch does not fault. */
         for (int i = 0; i < SB_BLOCKS; i++)
             for (int r = 0; r < PK_MR; r++)
-                _mm_prefetch((const char *)((uintptr_t)xj + (uintptr_t)(((m + PK_MR + r) * QK_MX_BLOCK + i * xjs) * 2)),
+                _mm_prefetch((const char *)((uintptr_t)xj + (uintptr_t)(((m + PK_MR + r) * QK_MX_BLOCK + i * xjs) * (int64_t)sizeof *xj)),
                              _MM_HINT_T0);
         pk_micro(PK_MR, TN, CORR, l, t0, j0, xj + m * QK_MX_BLOCK, xjs, pw, run + (m - m0) * 64, total + (m - m0) * 64);
     }
