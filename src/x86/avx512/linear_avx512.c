@@ -69,7 +69,10 @@
 #define X_EXP 64                 /* x~ = dec(qx) · 2^X_EXP */
 #define PURE_EXP (-120)          /* pure-shift weight decode: dec(w) · 2^-120 */
 #define GROUP_BLOCKS 16          /* GEMV: blocks per running sum before the total */
-#define GEMV_PREFETCH SB_BYTES      /* bytes ahead in a tile's stream (measured: +20% at M = 1) */
+#define GEMV_PREFETCH SB_BYTES   /* M = 4: bytes ahead in a tile's stream, into L1 (M <= 3: as
+                                    the folded kernel's small groups, FK_PREFETCH_SMALL_L2; on
+                                    the Zen 4, 2026-12-07, scale span 100: M = 1, 2 0.71-0.90x
+                                    the time of this one, M = 4 1.03-1.09x) */
 #define GEMV_MAX_M 4             /* GEMV handles up to this many rows per weight pass */
 #define MR 4                     /* GEMM register tile: MR rows x NB tiles */
 #define NB 3
@@ -80,12 +83,20 @@
 #define PB 8                     /* GEMM panels per work item: decoded k-chunks stay in L2 */
 #define FOLD_SPAN 54             /* folded kernel: largest sw span over a weight row's nonzero blocks */
 #define FK_MM 16                 /* folded kernel: most rows per register group (see fk_dispatch) */
-/* folded kernel: bytes ahead in a tile's stream. Groups of up to 3 rows prefetch one
-   super-block ahead into L1, the larger groups two ahead into L1 and eight ahead into L2.
-   On the 2-core Zen 5 (2026-12-07, interleaved A/B, 2 threads, weights from DRAM) the L2
-   prefetch costs M = 1, 2 10-20% (the hardware's own streams serve them; one ahead into L1
-   and nothing further: 0.83-0.92x the time) and gains M = 8, 16 14-20%, M = 64 3% */
-#define FK_PREFETCH_SMALL SB_BYTES
+/* folded kernel: bytes ahead in a tile's stream. Groups of up to 3 rows prefetch two
+   super-blocks ahead into L2 only, the larger groups two ahead into L1 and eight ahead into
+   L2. The two x86-64-v4 hosts disagree on the small groups (interleaved A/B, 2 threads,
+   weights from DRAM):
+   - 2-core Zen 4 (2026-12-07 evening, builds side by side in one process): one ahead into
+     L1 only (what the Zen 5 chose) takes 1.2-1.55x the time of two ahead into L2 only at
+     M = 1..3 ((17408, 5120), (5120, 17408)); the L1 hint at 2 or 3 ahead gains little
+     (0.92-1.07x), the L2 hint at 2..16 ahead all of it (best at 2..4); cache shapes within 4%.
+   - 2-core Zen 5 (2026-12-07 morning): two ahead into L1 and eight into L2 took 1.06-1.26x
+     the time of one ahead into L1 only; the L2-only form was not measured there.
+   The Zen 4's loss is the larger, so the L2 form stands until a Zen 5 measures it. The
+   larger groups: on the Zen 5 their L2 prefetch gains M = 8, 16 14-20%, M = 64 3%; on the
+   Zen 4 the L2-only forms (2, 4 or 8 ahead) take 1.08-1.20x at M = 4, 1.0-1.05x at 8 and 16. */
+#define FK_PREFETCH_SMALL_L2 (2 * SB_BYTES)
 #define FK_PREFETCH (2 * SB_BYTES)
 #define FK_PREFETCH_L2 (8 * SB_BYTES)
 #define FK_GROUP_MAX 8           /* folded kernel: most tiles per group (L2: x~ chunk + codes + sums) */
@@ -470,7 +481,10 @@ INLINE void gemv_block(const int MM, const int TT, const int A, __m512 acc[GEMV_
             const int c = c0 + a;
             __m512i lo[4], hi[4];
             for (int t = 0; t < TT; t++) {
-                _mm_prefetch((const char *)blk[t] + 64 * c + GEMV_PREFETCH, _MM_HINT_T0);
+                if (MM <= 3)
+                    _mm_prefetch((const char *)blk[t] + 64 * c + FK_PREFETCH_SMALL_L2, _MM_HINT_T1);
+                else
+                    _mm_prefetch((const char *)blk[t] + 64 * c + GEMV_PREFETCH, _MM_HINT_T0);
                 __m512i v = _mm512_loadu_si512(blk[t] + 64 * c);
                 lo[t] = dec_lo_pure(v, m87f0);
                 hi[t] = dec_hi_pure(v, m87f0);
@@ -643,7 +657,7 @@ INLINE void fk_block(const int MM, const int TT, __m512 acc[FK_MM][4], const uin
         __m512i lo[4], hi[4];
         for (int t = 0; t < TT; t++) {
             if (MM <= 3) {
-                _mm_prefetch((const char *)blk[t] + 64 * c + FK_PREFETCH_SMALL, _MM_HINT_T0);
+                _mm_prefetch((const char *)blk[t] + 64 * c + FK_PREFETCH_SMALL_L2, _MM_HINT_T1);
             } else {
                 _mm_prefetch((const char *)blk[t] + 64 * c + FK_PREFETCH, _MM_HINT_T0);
                 _mm_prefetch((const char *)blk[t] + 64 * c + FK_PREFETCH_L2, _MM_HINT_T1);
