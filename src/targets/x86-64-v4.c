@@ -21,7 +21,10 @@
  *     (5120, 5120) 70-75 -> 68 ms; each tile's stream also prefetched into L2 8 super-blocks
  *     ahead, 2026-12-05: M = 1, 2 from DRAM 0.92-0.97x the time on the Zen 4; on the Zen 5,
  *     2026-12-07, groups of up to 3 rows prefetch one super-block ahead into L1 only: M = 1..3
- *     0.80-0.94x the time there; later that day, groups of 2-4 tiles broadcast each x~ pair
+ *     0.80-0.94x the time there, but 1.2-1.55x on the Zen 4 that evening (interleaved A/B of
+ *     the builds), where two super-blocks ahead into L2 only ran M = 1 at 0.78-0.80 of read
+ *     bandwidth in `qk bench linear` (was 0.54-0.58), so the L2 form stands, the exact GEMV's
+ *     M <= 3 too, until a Zen 5 measures it; later that day, groups of 2-4 tiles broadcast each x~ pair
  *     into a register (M = 6..8 0.87-0.91x the time) and threads take guided runs of tile
  *     groups (M = 16 (17408, 5120) 0.95x)). It matched the exact GEMV at M = 1..3
  *     (both at the weight stream: 0.85-0.93 of read bandwidth at M = 1 for 87.7 MiB), beat it
