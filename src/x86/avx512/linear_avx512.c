@@ -71,8 +71,9 @@
 #define GROUP_BLOCKS 16          /* GEMV: blocks per running sum before the total */
 #define GEMV_PREFETCH SB_BYTES   /* M = 4: bytes ahead in a tile's stream, into L1 (M <= 3: as
                                     the folded kernel's small groups, FK_PREFETCH_SMALL_L2; on
-                                    the Zen 4, 2026-12-07, scale span 100: M = 1, 2 0.71-0.90x
-                                    the time of this one, M = 4 1.03-1.09x) */
+                                    the Zen 4, 2026-12-07, scale span 100: M = 1, 2 0.66-0.97x
+                                    the time of this one, M = 3 0.73-0.95x from DRAM, M = 4
+                                    1.04-1.09x) */
 #define GEMV_MAX_M 4             /* GEMV handles up to this many rows per weight pass */
 #define MR 4                     /* GEMM register tile: MR rows x NB tiles */
 #define NB 3
@@ -95,7 +96,7 @@
      the time of one ahead into L1 only; the L2-only form was not measured there.
    The Zen 4's loss is the larger, so the L2 form stands until a Zen 5 measures it. The
    larger groups: on the Zen 5 their L2 prefetch gains M = 8, 16 14-20%, M = 64 3%; on the
-   Zen 4 the L2-only forms (2, 4 or 8 ahead) take 1.08-1.20x at M = 4, 1.0-1.05x at 8 and 16. */
+   Zen 4 the L2-only forms (2, 4 or 8 ahead) take 1.04-1.20x at M = 4, 1.0-1.05x at 8 and 16. */
 #define FK_PREFETCH_SMALL_L2 (2 * SB_BYTES)
 #define FK_PREFETCH (2 * SB_BYTES)
 #define FK_PREFETCH_L2 (8 * SB_BYTES)
